@@ -1,0 +1,195 @@
+"""All configuration in one place.
+
+Every setting is a field of :class:`EngineConfig` (the algorithm) or :class:`ServiceConfig`
+(the Kafka worker).  Each field carries its environment variable, its CLI flag and its help
+text in the dataclass metadata, so the CLI, the environment loader and the README table
+(``stream-dedup config --markdown``) are all generated from this file and cannot drift.
+
+Precedence: CLI flag > environment variable > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+ENV_PREFIX = "STREAM_DEDUP_"
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: str | float | int | None) -> float | None:
+    """Parse ``"7d"``, ``"12h"``, ``"90m"``, ``"30s"``, ``"3600"`` into seconds.
+
+    ``None``, ``""``, ``"0"``, ``"none"`` and ``"off"`` mean "no retention" (``None``).
+    """
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value) if value > 0 else None
+    text = value.strip().lower()
+    if text in ("", "0", "none", "off", "never"):
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", text)
+    if not m:
+        raise ValueError(f"invalid duration {value!r}: use e.g. 30s, 90m, 12h, 7d, 2w")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
+
+
+def _opt(default: Any, help: str, *, env: str | None = None, secret: bool = False,
+         parse: Any = None) -> Any:
+    return field(default=default, metadata={"help": help, "env": env, "secret": secret, "parse": parse})
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Parameters of the near-duplicate engine (text -> features -> sketches -> index -> decision)."""
+
+    num_perm: int = _opt(128, "MinHash permutations (signature length).")
+    shingle_size: int = _opt(3, "Word k-shingle length (k); chosen by bench/quality.py.")
+    char_shingle_size: int = _opt(
+        4, "Character k-gram length used for scripts without word boundaries (CJK, Thai, ...).")
+    lsh_threshold: float = _opt(
+        0.4, "Similarity at which LSH banding should start proposing candidates (b, r are tuned for it).")
+    lsh_bands: int = _opt(0, "LSH bands b (0 = derive b, r from --lsh-threshold).")
+    lsh_rows: int = _opt(0, "LSH rows per band r (0 = derive from --lsh-threshold).")
+    jaccard_threshold: float = _opt(0.5, "Estimated Jaccard at or above which a candidate is a duplicate.")
+    containment_threshold: float = _opt(
+        0.8, "Estimated containment |A∩B|/|A| of the new article A in an earlier B that makes A a duplicate.")
+    min_containment_shingles: int = _opt(
+        20, "Containment is only trusted for articles with at least this many shingles.")
+    simhash_k: int = _opt(3, "SimHash: fingerprints within this Hamming distance are near-duplicates.")
+    simhash_blocks: int = _opt(6, "SimHash permuted tables: split 64 bits into this many blocks (> k).")
+    simhash_min_jaccard: float = _opt(
+        0.2, "A SimHash match must also have at least this estimated Jaccard (guards short texts).")
+    max_text_bytes: int = _opt(2_000_000, "Records whose text/html is longer than this (UTF-8 bytes) are rejected.")
+    retention: float | None = _opt(
+        None, "Evict articles first seen longer ago than this (e.g. 7d, 12h; empty = keep forever).",
+        parse=parse_duration)
+    seed: int = _opt(1, "Seed of every hash function. Changing it invalidates an existing index.")
+    id_field: str = _opt("id", "Input field that holds the article id.")
+    text_field: str = _opt("text", "Input field that holds plain text.")
+    html_field: str = _opt("html", "Input field that holds HTML (used when the text field is absent).")
+    title_field: str = _opt("title", "Input field that holds the title (optional; not used for matching).")
+
+    def __post_init__(self) -> None:
+        errors = []
+        if self.num_perm < 8:
+            errors.append("num_perm must be >= 8")
+        if self.shingle_size < 1 or self.char_shingle_size < 1:
+            errors.append("shingle sizes must be >= 1")
+        for name in ("lsh_threshold", "jaccard_threshold", "containment_threshold", "simhash_min_jaccard"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                errors.append(f"{name} must be within [0, 1]")
+        if (self.lsh_bands > 0) != (self.lsh_rows > 0):
+            errors.append("set both lsh_bands and lsh_rows, or neither")
+        if self.lsh_bands and self.lsh_bands * self.lsh_rows > self.num_perm:
+            errors.append("lsh_bands * lsh_rows must be <= num_perm")
+        if not 0 <= self.simhash_k < self.simhash_blocks <= 64:
+            errors.append("need 0 <= simhash_k < simhash_blocks <= 64")
+        if self.max_text_bytes <= 0:
+            errors.append("max_text_bytes must be > 0")
+        if errors:
+            raise ValueError("invalid engine configuration: " + "; ".join(errors))
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Settings of the Kafka worker (``stream-dedup worker``)."""
+
+    bootstrap_servers: str = _opt(
+        "127.0.0.1:9092", "Kafka bootstrap servers (comma separated).", env="KAFKA_BOOTSTRAP_SERVERS")
+    app_id: str = _opt("stream-dedup", "Faust app id; also the consumer group id and topic prefix of internal topics.")
+    input_topic: str = _opt("articles", "Topic the articles are read from.")
+    new_topic: str = _opt("articles.new", "Topic that receives 'new' events.")
+    duplicates_topic: str = _opt("articles.duplicates", "Topic that receives 'duplicate-of' events.")
+    dlq_topic: str = _opt("articles.dlq", "Dead-letter topic for records that cannot be processed.")
+    signatures_topic: str = _opt(
+        "articles.signatures", "Internal single-partition topic feeding the ordered decision stage.")
+    data_dir: str = _opt("./data", "Directory for the worker's RocksDB state (index and Faust tables).")
+    metrics_port: int = _opt(9108, "Port of the HTTP server for /metrics, /healthz and /readyz.")
+    metrics_host: str = _opt("0.0.0.0", "Address the metrics/health HTTP server binds to.")
+    security_protocol: str = _opt(
+        "PLAINTEXT", "Kafka security.protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
+        env="KAFKA_SECURITY_PROTOCOL")
+    sasl_mechanism: str = _opt(
+        "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.", env="KAFKA_SASL_MECHANISM")
+    sasl_username: str = _opt("", "SASL username.", env="KAFKA_SASL_USERNAME")
+    sasl_password: str = _opt("", "SASL password (never logged).", env="KAFKA_SASL_PASSWORD", secret=True)
+    ssl_cafile: str = _opt("", "CA bundle (PEM) to verify the brokers' certificates.", env="KAFKA_SSL_CAFILE")
+    log_level: str = _opt("INFO", "Log level (DEBUG, INFO, WARNING, ERROR).")
+
+
+C = TypeVar("C", EngineConfig, ServiceConfig)
+
+
+def env_name(f: dataclasses.Field) -> str:
+    return f.metadata.get("env") or ENV_PREFIX + f.name.upper()
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    return "--" + f.name.replace("_", "-")
+
+
+def _convert(f: dataclasses.Field, raw: Any) -> Any:
+    parse = f.metadata.get("parse")
+    if parse is not None:
+        return parse(raw)
+    if isinstance(raw, str):
+        kind = type(f.default)
+        if kind is bool:
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if kind in (int, float):
+            try:
+                return kind(raw)
+            except ValueError:
+                raise ValueError(f"{env_name(f)}/{flag_name(f)}: expected {kind.__name__}, got {raw!r}") from None
+    return raw
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one ``--flag`` per field of ``cls``; unset flags stay ``None`` so env/defaults apply."""
+    group = parser.add_argument_group(cls.__name__)
+    for f in fields(cls):
+        default = f.default
+        shown = "" if f.metadata.get("secret") else f" (default: {default!r})"
+        group.add_argument(flag_name(f), dest=f.name, default=None, metavar=f.name.upper(),
+                           help=f"{f.metadata['help']} [env {env_name(f)}]{shown}")
+
+
+def load(cls: type[C], args: argparse.Namespace | Mapping[str, Any] | None = None,
+         environ: Mapping[str, str] | None = None) -> C:
+    """Build ``cls`` from CLI values (``args``) over environment variables over defaults."""
+    environ = os.environ if environ is None else environ
+    given = vars(args) if isinstance(args, argparse.Namespace) else dict(args or {})
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if given.get(f.name) is not None:
+            values[f.name] = _convert(f, given[f.name])
+        elif env_name(f) in environ:
+            values[f.name] = _convert(f, environ[env_name(f)])
+    return cls(**values)
+
+
+def redacted(config: Any) -> dict[str, Any]:
+    """The config as a dict with secrets masked: the only form that may be logged."""
+    out = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        out[f.name] = "***" if f.metadata.get("secret") and value else value
+    return out
+
+
+def markdown_table() -> str:
+    """The configuration reference table of the README."""
+    rows = ["| flag | environment variable | default | meaning |", "| --- | --- | --- | --- |"]
+    for cls in (EngineConfig, ServiceConfig):
+        for f in fields(cls):
+            default = "" if f.default in (None, "") else f"`{f.default}`"
+            rows.append(f"| `{flag_name(f)}` | `{env_name(f)}` | {default} | {f.metadata['help']} |")
+    return "\n".join(rows)

@@ -1,0 +1,67 @@
+"""Prometheus metrics exported by the service (and usable by the embedded command).
+
+Names follow Prometheus conventions: base units (seconds, bytes), ``_total`` for counters.
+The Grafana dashboard in ``helm/stream-dedup/dashboards`` may only query names listed in
+:func:`exported_metric_names`; a test enforces it.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+CANDIDATE_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100, 250, 1000)
+SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+
+
+class Metrics:
+    """All metrics of one process, registered on their own registry (tests create many)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.articles = Counter(
+            "stream_dedup_articles", "Articles decided, by result (new | duplicate).", ["result"], registry=r)
+        self.duplicates_by_method = Counter(
+            "stream_dedup_duplicates", "Duplicate decisions by the method that matched first "
+            "(exact | minhash | containment | simhash).", ["method"], registry=r)
+        self.dead_letters = Counter(
+            "stream_dedup_dead_letters", "Records routed to the dead-letter topic / rejects file, by reason.",
+            ["reason"], registry=r)
+        self.processing_seconds = Histogram(
+            "stream_dedup_processing_seconds", "Engine time per article (fingerprint + index + decision).",
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.end_to_end_seconds = Histogram(
+            "stream_dedup_end_to_end_latency_seconds",
+            "Time from the input record's Kafka timestamp to its output event being produced.",
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.candidates = Histogram(
+            "stream_dedup_candidates", "Candidates verified per article (LSH buckets + SimHash tables).",
+            buckets=CANDIDATE_BUCKETS, registry=r)
+        self.similarity = Histogram(
+            "stream_dedup_similarity", "Estimated Jaccard similarity of duplicate decisions.",
+            buckets=SIMILARITY_BUCKETS, registry=r)
+        self.index_articles = Gauge(
+            "stream_dedup_index_articles", "Articles currently held in the index.", registry=r)
+        self.index_size_bytes = Gauge(
+            "stream_dedup_index_size_bytes", "Size of the RocksDB index on disk.", registry=r)
+        self.evictions = Counter(
+            "stream_dedup_evicted_articles", "Articles evicted by the retention window.", registry=r)
+        self.consumer_lag = Gauge(
+            "stream_dedup_consumer_lag_messages", "Consumer lag per topic partition (high watermark - position).",
+            ["topic", "partition"], registry=r)
+        self.ready = Gauge(
+            "stream_dedup_ready", "1 when the worker has its partitions assigned and its index open.", registry=r)
+
+
+def exported_metric_names(metrics: Metrics | None = None) -> set[str]:
+    """Every sample name the metrics can produce (with _total, _bucket, _sum, _count, _created)."""
+    metrics = metrics or Metrics()
+    names: set[str] = set()
+    for family in metrics.registry.collect():
+        names.add(family.name)
+        if family.type == "counter":
+            names.update({family.name + "_total", family.name + "_created"})
+        elif family.type == "histogram":
+            names.update({family.name + s for s in ("_bucket", "_sum", "_count", "_created")})
+    return names
