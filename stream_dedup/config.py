@@ -123,6 +123,14 @@ class ServiceConfig:
     sasl_password: str = _opt("", "SASL password (never logged).", env="KAFKA_SASL_PASSWORD", secret=True)
     ssl_cafile: str = _opt("", "CA bundle (PEM) to verify the brokers' certificates.", env="KAFKA_SSL_CAFILE")
     log_level: str = _opt("INFO", "Log level (DEBUG, INFO, WARNING, ERROR).")
+    batch_size: int = _opt(
+        200, "Worker: most records a stage handles before it awaits the broker's acknowledgements.")
+    batch_wait: float = _opt(
+        0.005, "Worker: seconds a stage waits to fill a batch (bounds the latency it adds).")
+    commit_interval: float = _opt(
+        1.0, "Worker: seconds between offset commits (only acknowledged work is ever committed).")
+    session_timeout: float = _opt(
+        30.0, "Worker: consumer-group session timeout in seconds (how soon a dead worker's partitions move).")
 
 
 C = TypeVar("C", EngineConfig, ServiceConfig)

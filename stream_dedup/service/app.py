@@ -1,0 +1,404 @@
+"""The Faust app: stage 1 (signatures), stage 2 (decisions), timers, readiness.
+
+See :mod:`stream_dedup.service` for the design.  :class:`DedupWorker` builds one
+``faust.App`` with two agents:
+
+* ``stage1`` on the input topic (all partitions, every worker): raw bytes ->
+  ``parse_record`` -> ``Fingerprinter.fingerprint`` -> a signature record on the
+  single-partition signatures topic; a bad record goes to the DLQ unchanged.
+* ``stage2`` on ``signatures-0`` (one owner at a time): catch up the local index if it is
+  behind, then ``Deduplicator.decide`` in offset order -> event on the new/duplicates topic.
+
+Both agents read batches with ``stream.noack_take`` and ack the batch's events only after
+every record they produced for it has been acknowledged by Kafka (``acks=all``), so Faust's
+periodic commit never commits an offset whose output is not durable.  A failed send crashes
+the app without acking: the records are redelivered after restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from stream_dedup.config import EngineConfig, ServiceConfig
+from stream_dedup.metrics import Metrics
+
+from . import catchup, kafka_config
+from .serialization import (
+    SignatureDecodeError,
+    SignatureRecord,
+    dlq_headers,
+    encode_json,
+    output_event,
+)
+
+log = logging.getLogger("stream_dedup.service")
+
+#: seconds between retention evictions and between lag/index gauge updates
+EVICT_INTERVAL = 60.0
+GAUGE_INTERVAL = 5.0
+#: DLQ reasons produced by the worker itself (besides stream_dedup.record.REJECT_REASONS)
+FINGERPRINT_ERROR = "fingerprint_error"
+INVALID_SIGNATURE = "invalid_signature"
+
+
+def make_faust_app(service: ServiceConfig) -> faust.App:
+    """The Faust app with the worker's settings (no agents yet)."""
+    return faust.App(
+        service.app_id,
+        broker=kafka_config.faust_broker(service),
+        broker_credentials=kafka_config.faust_credentials(service),
+        autodiscover=False,
+        web_enabled=False,  # our own HTTP server serves /metrics /healthz /readyz
+        datadir=str(Path(service.data_dir) / "faust"),
+        store="memory://",  # no Faust tables: the engine has its own RocksDB
+        key_serializer="raw",
+        value_serializer="raw",
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        producer_linger=0.002,
+        broker_commit_interval=float(service.commit_interval),
+        broker_session_timeout=float(service.session_timeout),
+        broker_heartbeat_interval=max(0.5, min(3.0, float(service.session_timeout) / 5)),
+        broker_rebalance_timeout=max(float(service.session_timeout), 10.0),
+        stream_wait_empty=True,
+        topic_disable_leader=True,
+        topic_allow_declare=False,  # topics are created by ensure_topics() with our partition counts
+    )
+
+
+class DedupWorker:
+    """One worker process: the Faust app, the engine, the metrics."""
+
+    def __init__(self, service: ServiceConfig, engine: EngineConfig, *, metrics: Metrics | None = None,
+                 dedup: Any = None, fingerprinter: Any = None) -> None:
+        from stream_dedup.engine import Deduplicator
+        from stream_dedup.fingerprint import Fingerprinter
+
+        self.service = service
+        self.engine_config = engine
+        self.metrics = metrics or Metrics()
+        self.client_conf = kafka_config.confluent_config(service)
+        self.state_dir = Path(service.data_dir) / "index"
+        self.dedup = dedup if dedup is not None else Deduplicator(engine, self.state_dir)
+        self.fingerprinter = fingerprinter if fingerprinter is not None else Fingerprinter(engine)
+        self.engine_lock = asyncio.Lock()
+
+        self.last_checkpoint: int | None = self.dedup.checkpoint(catchup.CHECKPOINT_NAME)
+        self.caught_up = asyncio.Event()
+        self.caught_up.set()  # nothing to catch up until signatures-0 is assigned
+        self._catchup_task: asyncio.Task | None = None
+        self._catchup_stop = False
+        self.owns_signatures = False
+        self.started_at = time.time()
+        self.fatal: BaseException | None = None
+        self._lag_labels: set[tuple[str, str]] = set()
+
+        self.app = make_faust_app(service)
+        app = self.app
+        self.input_topic = app.topic(service.input_topic)
+        self.signatures_topic = app.topic(service.signatures_topic, partitions=1)
+        self.new_topic = app.topic(service.new_topic)
+        self.duplicates_topic = app.topic(service.duplicates_topic)
+        self.dlq_topic = app.topic(service.dlq_topic)
+        self.sig_tp = TP(service.signatures_topic, 0)
+
+        app.agent(self.input_topic, name="stream_dedup.stage1_signatures")(self._stage1)
+        app.agent(self.signatures_topic, name="stream_dedup.stage2_decisions")(self._stage2)
+        app.timer(EVICT_INTERVAL, name="stream_dedup.evict")(self._evict)
+        app.timer(GAUGE_INTERVAL, name="stream_dedup.gauges")(self._update_gauges)
+        app.on_partitions_assigned.connect(self._on_assigned)
+        app.on_partitions_revoked.connect(self._on_revoked)
+        self._update_index_gauges()
+
+    # ------------------------------------------------------------------ stage 1
+    async def _stage1(self, stream: faust.StreamT) -> None:
+        svc = self.service
+        async for events in stream.noack_take(svc.batch_size, within=svc.batch_wait):
+            try:
+                await self._stage1_batch(events)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a lost send must not be acked
+                await self._crash("stage 1 (signatures)", exc)
+                return
+            for ev in events:
+                await stream.ack(ev)
+
+    def _signature_or_reject(self, ev: faust.EventT) -> tuple[str, Any]:
+        """CPU part of stage 1: ``("sig", SignatureRecord)`` or ``("dlq", (reason, detail))``."""
+        from stream_dedup.record import RecordError, parse_record
+
+        msg = ev.message
+        t0 = time.perf_counter()
+        try:
+            article = parse_record(ev.value if ev.value is not None else b"", self.engine_config)
+        except RecordError as err:
+            return "dlq", (err.reason, str(err))
+        try:
+            fp = self.fingerprinter.fingerprint(article)
+        except Exception as exc:  # noqa: BLE001 - one poisonous record must not stop the stream
+            log.exception("fingerprinting %r failed", getattr(article, "id", "?"))
+            return "dlq", (FINGERPRINT_ERROR, f"{type(exc).__name__}: {exc}")
+        engine_us = int((time.perf_counter() - t0) * 1e6)
+        ts = msg.timestamp
+        ts_ms = int(ts * 1000) if ts else int(time.time() * 1000)
+        return "sig", SignatureRecord(
+            article_id=article.id, fingerprint=fp.to_bytes(), source_topic=msg.topic,
+            source_partition=msg.partition, source_offset=msg.offset, timestamp_ms=ts_ms,
+            engine_us=engine_us)
+
+    async def _stage1_batch(self, events: Sequence[faust.EventT]) -> None:
+        futures = []
+        rejected: list[str] = []
+        for ev in events:
+            kind, payload = self._signature_or_reject(ev)
+            if kind == "sig":
+                futures.append(await self.signatures_topic.send(
+                    key=payload.article_id.encode("utf-8"), value=payload.encode(), partition=0))
+            else:
+                reason, detail = payload
+                futures.append(await self._dead_letter(ev, reason, detail))
+                rejected.append(reason)
+        if futures:
+            await asyncio.gather(*futures)
+        for reason in rejected:
+            self.metrics.dead_letters.labels(reason=reason).inc()
+
+    async def _dead_letter(self, ev: faust.EventT, reason: str, detail: str) -> Any:
+        msg = ev.message
+        ts = msg.timestamp
+        log.warning("dead letter %s[%d]@%d: %s (%s)", msg.topic, msg.partition, msg.offset, reason, detail[:200])
+        headers = dlq_headers(msg.headers, reason=reason, detail=detail, topic=msg.topic,
+                              partition=msg.partition, offset=msg.offset,
+                              timestamp_ms=int(ts * 1000) if ts else None)
+        return await self.dlq_topic.send(key=msg.key, value=ev.value if ev.value is not None else b"",
+                                         headers=headers)
+
+    # ------------------------------------------------------------------ stage 2
+    async def _stage2(self, stream: faust.StreamT) -> None:
+        svc = self.service
+        async for events in stream.noack_take(svc.batch_size, within=svc.batch_wait):
+            try:
+                async with self.engine_lock:
+                    await self._ensure_caught_up(events[0].message.offset)
+                    await self._stage2_batch(events)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001
+                await self._crash("stage 2 (decisions)", exc)
+                return
+            for ev in events:
+                await stream.ack(ev)
+
+    async def _stage2_batch(self, events: Sequence[faust.EventT]) -> None:
+        from stream_dedup.fingerprint import Fingerprint
+
+        m = self.metrics
+        pending = []
+        for ev in events:
+            offset = ev.message.offset
+            try:
+                sig = SignatureRecord.decode(ev.value)
+                fp = Fingerprint.from_bytes(sig.fingerprint)
+            except (SignatureDecodeError, ValueError) as exc:
+                pending.append((await self._dead_letter(ev, INVALID_SIGNATURE, str(exc)), None, None))
+                continue
+            t0 = time.perf_counter()
+            decision = self.dedup.decide(sig.article_id, fp, now=sig.timestamp_ms / 1000.0,
+                                         checkpoint=(catchup.CHECKPOINT_NAME, offset))
+            engine_s = time.perf_counter() - t0 + sig.engine_us / 1e6
+            if self.last_checkpoint is None or offset > self.last_checkpoint:
+                self.last_checkpoint = offset
+            value = encode_json(output_event(decision.to_event(), sig, time.time()))
+            topic = self.duplicates_topic if decision.type == "duplicate-of" else self.new_topic
+            fut = await topic.send(key=sig.article_id.encode("utf-8"), value=value)
+            pending.append((fut, sig, decision))
+            m.processing_seconds.observe(engine_s)
+        await asyncio.gather(*(p[0] for p in pending))
+        now = time.time()
+        for _fut, sig, decision in pending:
+            if sig is None:
+                m.dead_letters.labels(reason=INVALID_SIGNATURE).inc()
+                continue
+            m.end_to_end_seconds.observe(max(0.0, now - sig.timestamp_ms / 1000.0))
+            if decision.seen_before:
+                continue  # redelivery: counted when first decided
+            m.candidates.observe(decision.candidates)
+            if decision.type == "duplicate-of":
+                m.articles.labels(result="duplicate").inc()
+                m.duplicates_by_method.labels(method=str(decision.method)).inc()
+                if decision.similarity is not None:
+                    m.similarity.observe(decision.similarity)
+            else:
+                m.articles.labels(result="new").inc()
+
+    # ------------------------------------------------------------------ catch-up
+    async def _ensure_caught_up(self, offset: int) -> None:
+        """Called with the engine lock held, before deciding the record at ``offset``."""
+        if self._catchup_task is not None:
+            task = self._catchup_task
+            self.engine_lock.release()
+            try:
+                await task  # the assignment-time catch-up (needs the lock itself)
+            finally:
+                await self.engine_lock.acquire()
+            self._catchup_task = None
+        expected = 0 if self.last_checkpoint is None else self.last_checkpoint + 1
+        if offset > expected:
+            # records [expected, offset) were decided by another worker: replay them first
+            await self._replay(expected, offset)
+
+    async def _replay(self, start: int, end: int) -> int:
+        self.caught_up.clear()
+        self._catchup_stop = False
+        self.metrics.ready.set(0)
+        name = catchup.CHECKPOINT_NAME
+        from stream_dedup.fingerprint import Fingerprint
+
+        def apply(offset: int, sig: SignatureRecord) -> None:
+            self.dedup.decide(sig.article_id, Fingerprint.from_bytes(sig.fingerprint),
+                              now=sig.timestamp_ms / 1000.0, checkpoint=(name, offset))
+            self.last_checkpoint = offset if self.last_checkpoint is None else max(self.last_checkpoint, offset)
+
+        loop = asyncio.get_running_loop()
+        try:
+            n = await loop.run_in_executor(None, lambda: catchup.replay(
+                self.client_conf, self.service.signatures_topic, 0, start, end, apply,
+                should_stop=lambda: self._catchup_stop))
+        finally:
+            self.caught_up.set()
+            self._update_index_gauges()
+        return n
+
+    async def _catch_up_on_assign(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            committed = await loop.run_in_executor(None, lambda: catchup.committed_offset(
+                self.client_conf, self.service.app_id, self.service.signatures_topic, 0))
+            async with self.engine_lock:
+                expected = 0 if self.last_checkpoint is None else self.last_checkpoint + 1
+                log.info("signatures-0 assigned: local checkpoint %s, group committed offset %s",
+                         self.last_checkpoint, committed)
+                if committed is not None and committed > expected:
+                    await self._replay(expected, committed)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self._crash("catch-up", exc)
+            raise
+
+    async def _on_assigned(self, app: Any = None, assigned: Any = None, **kwargs: Any) -> None:
+        assigned = set(assigned or ())
+        owns = self.sig_tp in assigned
+        log.info("assigned %d partitions%s", len(assigned), " (incl. signatures-0: decision stage)" if owns else "")
+        if owns and not self.owns_signatures:
+            self.caught_up.clear()
+            self._catchup_task = asyncio.ensure_future(self._catch_up_on_assign())
+            self._catchup_task.add_done_callback(lambda t: self.caught_up.set())
+        self.owns_signatures = owns
+
+    async def _on_revoked(self, app: Any = None, revoked: Any = None, **kwargs: Any) -> None:
+        if self.sig_tp in set(revoked or ()):
+            self._catchup_stop = True
+
+    # ------------------------------------------------------------------ timers, gauges
+    async def _evict(self) -> None:
+        if self.engine_config.retention is None:
+            return
+        async with self.engine_lock:
+            n = self.dedup.evict_expired(time.time())
+        if n:
+            self.metrics.evictions.inc(n)
+            log.info("evicted %d articles older than the retention window", n)
+        self._update_index_gauges()
+
+    def _update_index_gauges(self) -> None:
+        try:
+            self.metrics.index_articles.set(len(self.dedup))
+            self.metrics.index_size_bytes.set(self.dedup.disk_bytes())
+        except Exception:  # noqa: BLE001 - gauges must never break the worker
+            log.debug("index gauges failed", exc_info=True)
+
+    async def _update_gauges(self) -> None:
+        self._update_index_gauges()
+        self.metrics.ready.set(1 if self.readiness()[0] else 0)
+        try:
+            await self._update_lag()
+        except Exception:  # noqa: BLE001
+            log.debug("lag update failed", exc_info=True)
+
+    async def _update_lag(self) -> None:
+        consumer = self.app.consumer
+        wanted = {self.service.input_topic, self.service.signatures_topic}
+        tps = [tp for tp in consumer.assignment() if tp.topic in wanted]
+        labels: set[tuple[str, str]] = set()
+        if tps:
+            highs = await consumer.highwaters(*tps)
+            committed_map = getattr(consumer, "_committed_offset", {})
+            for tp in tps:
+                high = highs.get(tp)
+                if high is None:
+                    continue
+                done = committed_map.get(tp)
+                if done is None:
+                    done = await consumer.position(tp)
+                if done is None:
+                    continue
+                key = (tp.topic, str(tp.partition))
+                labels.add(key)
+                self.metrics.consumer_lag.labels(*key).set(max(0, high - done))
+        for key in self._lag_labels - labels:
+            try:
+                self.metrics.consumer_lag.remove(*key)
+            except KeyError:
+                pass
+        self._lag_labels = labels
+
+    # ------------------------------------------------------------------ health
+    async def _crash(self, where: str, exc: BaseException) -> None:
+        log.error("fatal error in %s: %r; stopping without acknowledging the batch", where, exc,
+                  exc_info=exc)
+        self.fatal = exc
+        self.metrics.ready.set(0)
+        await self.app.crash(exc)
+
+    def liveness(self) -> tuple[bool, dict[str, Any]]:
+        if self.fatal is not None:
+            return False, {"error": repr(self.fatal)}
+        return True, {"uptime_seconds": round(time.time() - self.started_at, 1)}
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        app = self.app
+        reasons = []
+        if self.fatal is not None:
+            reasons.append("crashed")
+        if not getattr(app, "_started", None) or not app._started.is_set():  # noqa: SLF001
+            reasons.append("app not started")
+        elif app.should_stop:
+            reasons.append("stopping")
+        if getattr(app, "rebalancing", False):
+            reasons.append("rebalancing")
+        try:
+            assigned = app.consumer.assignment() if reasons == [] or "rebalancing" in reasons else set()
+        except Exception:  # noqa: BLE001 - consumer not created yet
+            assigned = set()
+        if not assigned and "app not started" not in reasons:
+            reasons.append("no partitions assigned")
+        if not self.caught_up.is_set():
+            reasons.append("index catching up")
+        ok = not reasons
+        self.metrics.ready.set(1 if ok else 0)
+        return ok, {
+            "reasons": reasons,
+            "assigned_partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in assigned),
+            "decision_stage": self.owns_signatures,
+            "index_checkpoint": self.last_checkpoint,
+        }

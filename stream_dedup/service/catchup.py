@@ -1,0 +1,113 @@
+"""Catch-up: make the local index complete before the decision stage decides anything new.
+
+The engine index lives in the data dir of whichever worker owns ``signatures-0``.  When
+the partition moves (the owner died, a rebalance), the new owner's index may be behind:
+it misses the articles the previous owner indexed.  Every signature record ever decided is
+still in the signatures topic, so the new owner replays ``signatures-0`` from its local
+checkpoint + 1 up to the group's committed offset with a separate confluent-kafka consumer
+(manual ``assign``, no group membership, no commits), applying ``Deduplicator.decide``
+without emitting events.  The checkpoint is stored atomically with each insert, so a
+catch-up that is interrupted resumes where it stopped.
+
+Records at or after the committed offset are delivered by the group consumer as usual and
+decided normally (a record the previous owner already decided gets the same decision
+again: the replayed index is identical and ``now`` is the record's event time).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+
+from .serialization import SignatureRecord
+
+log = logging.getLogger(__name__)
+
+#: name under which the decision stage stores its position in the engine (``decide(checkpoint=...)``)
+CHECKPOINT_NAME = "signatures"
+
+
+def committed_offset(client_conf: dict[str, Any], group_id: str, topic: str, partition: int = 0,
+                     timeout: float = 15.0) -> int | None:
+    """The consumer group's committed offset (next offset to read) for one partition, or None."""
+    conf = dict(client_conf)
+    conf.update({"group.id": group_id, "enable.auto.commit": False})
+    consumer = Consumer(conf)
+    try:
+        [tp] = consumer.committed([TopicPartition(topic, partition)], timeout=timeout)
+        if tp.error:
+            raise KafkaException(tp.error)
+        return None if tp.offset in (OFFSET_INVALID,) or tp.offset < 0 else tp.offset
+    finally:
+        consumer.close()
+
+
+def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, end: int,
+           apply: Callable[[int, SignatureRecord], None], *, batch: int = 500,
+           stall_timeout: float = 60.0, should_stop: Callable[[], bool] | None = None) -> int:
+    """Feed records ``[start, end)`` of ``topic[partition]`` to ``apply(offset, record)``.
+
+    Returns the number of records applied.  Offsets below the partition's low watermark
+    (deleted by retention) are skipped with a warning.  Raises ``TimeoutError`` when no
+    record arrives for ``stall_timeout`` seconds.
+    """
+    conf = dict(client_conf)
+    conf.update({
+        "group.id": "stream-dedup-catchup",  # required by librdkafka; never joined, never committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+    })
+    consumer = Consumer(conf)
+    applied = 0
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15.0)
+        if start < low:
+            log.warning("catch-up: %s[%d] offsets %d..%d were deleted by retention; the index misses them",
+                        topic, partition, start, low - 1)
+            start = low
+        end = min(end, high)
+        if start >= end:
+            return 0
+        log.info("catch-up: replaying %s[%d] offsets %d..%d (%d records)", topic, partition, start, end - 1,
+                 end - start)
+        consumer.assign([TopicPartition(topic, partition, start)])
+        last_progress = time.monotonic()
+        position = start
+        t0 = time.monotonic()
+        while position < end:
+            if should_stop is not None and should_stop():
+                log.warning("catch-up interrupted at offset %d", position)
+                break
+            msgs = consumer.consume(batch, timeout=1.0)
+            if not msgs:
+                if time.monotonic() - last_progress > stall_timeout:
+                    raise TimeoutError(f"catch-up stalled at {topic}[{partition}] offset {position}")
+                continue
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if (m.offset() or 0) >= end:  # nothing more up to `end` (gaps at the tail)
+                            position = end
+                        continue
+                    raise KafkaException(err)
+                offset = m.offset()
+                if offset >= end:
+                    position = end
+                    break
+                apply(offset, SignatureRecord.decode(m.value()))
+                applied += 1
+                position = offset + 1
+            last_progress = time.monotonic()
+        dt = time.monotonic() - t0
+        log.info("catch-up: applied %d signature records in %.1f s (%.0f/s)", applied, dt,
+                 applied / dt if dt > 0 else 0.0)
+        return applied
+    finally:
+        consumer.close()
