@@ -51,9 +51,7 @@ class EngineConfig:
     """Parameters of the near-duplicate engine (text -> features -> sketches -> index -> decision)."""
 
     num_perm: int = _opt(128, "MinHash permutations (signature length).")
-    shingle_size: int = _opt(3, "Word k-shingle length (k); chosen by bench/quality.py.")
-    char_shingle_size: int = _opt(
-        4, "Character k-gram length used for scripts without word boundaries (CJK, Thai, ...).")
+    shingle_size: int = _opt(4, "Word k-shingle length (k); chosen by bench/quality.py.")
     lsh_threshold: float = _opt(
         0.4, "Similarity at which LSH banding should start proposing candidates (b, r are tuned for it).")
     lsh_bands: int = _opt(0, "LSH bands b (0 = derive b, r from --lsh-threshold).")
@@ -64,7 +62,7 @@ class EngineConfig:
     min_containment_shingles: int = _opt(
         20, "Containment is only trusted for articles with at least this many shingles.")
     simhash_k: int = _opt(3, "SimHash: fingerprints within this Hamming distance are near-duplicates.")
-    simhash_blocks: int = _opt(6, "SimHash permuted tables: split 64 bits into this many blocks (> k).")
+    simhash_blocks: int = _opt(5, "SimHash permuted tables: split 64 bits into this many blocks (> k).")
     simhash_min_jaccard: float = _opt(
         0.2, "A SimHash match must also have at least this estimated Jaccard (guards short texts).")
     max_text_bytes: int = _opt(2_000_000, "Records whose text/html is longer than this (UTF-8 bytes) are rejected.")
@@ -81,8 +79,8 @@ class EngineConfig:
         errors = []
         if self.num_perm < 8:
             errors.append("num_perm must be >= 8")
-        if self.shingle_size < 1 or self.char_shingle_size < 1:
-            errors.append("shingle sizes must be >= 1")
+        if self.shingle_size < 1:
+            errors.append("shingle_size must be >= 1")
         for name in ("lsh_threshold", "jaccard_threshold", "containment_threshold", "simhash_min_jaccard"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 errors.append(f"{name} must be within [0, 1]")

@@ -1,0 +1,262 @@
+"""The decision: is this article new, or a near-duplicate of one seen before?
+
+For each article (already fingerprinted):
+
+1. **Same id again** -> the decision stored the first time, unchanged (``seen_before``):
+   processing is idempotent, and an article is never a duplicate of itself.
+2. **Exact** -> the 128-bit hash of the normalised text is already indexed.
+3. **Candidates** -> every stored article sharing an LSH band bucket with the MinHash signature,
+   plus every stored SimHash within ``simhash_k`` bits (permuted tables).
+4. **Verification** against each candidate's stored signature:
+   ``minhash``      estimated Jaccard >= ``jaccard_threshold``;
+   ``containment``  estimated |A ∩ B| / |A| >= ``containment_threshold`` (A = the new article,
+                    trimmed or excerpted copies of B) for articles of at least
+                    ``min_containment_shingles`` shingles;
+   ``simhash``      Hamming distance <= ``simhash_k`` and Jaccard >= ``simhash_min_jaccard``.
+   Nothing is called a duplicate on a candidate hit alone.
+5. The best verified candidate (highest of its Jaccard / containment scores, earliest on ties)
+   names the cluster: ``duplicate_of`` is that cluster's first-seen article.
+
+Every article, new or duplicate, is then indexed (a later copy may be closer to a copy than to
+the original), except exact duplicates, which add nothing the index does not already hold.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import EngineConfig
+from .fingerprint import Fingerprint, Fingerprinter
+from .index import Index, StoredArticle, _u64
+from .lsh import Banding, LSHParams, explicit_params, optimal_params
+from .minhash import containment
+from .record import Article
+from .simhash import PermutedTables, hamming
+
+MAX_PER_BUCKET = 256          # entries scanned per LSH bucket / SimHash table probe
+EVICT_EVERY_SECONDS = 60.0    # how often decide() runs the retention sweep
+METHODS = ("exact", "minhash", "containment", "simhash")
+
+
+@dataclass(frozen=True)
+class Decision:
+    id: str
+    type: str                          # "new" | "duplicate-of"
+    duplicate_of: str | None = None    # first-seen article of the matched cluster
+    similarity: float | None = None    # estimated Jaccard with the matched article
+    method: str | None = None          # first of METHODS that matched
+    hamming_distance: int | None = None
+    containment: float | None = None
+    matched_id: str | None = None      # the article actually matched (may be a later copy)
+    methods: tuple[str, ...] = ()
+    candidates: int = 0
+    seen_before: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def is_duplicate(self) -> bool:
+        return self.type == "duplicate-of"
+
+    def to_event(self) -> dict[str, Any]:
+        """The JSON event of the ``dedup`` command and of the worker's output topics."""
+        event = {"id": self.id, "type": self.type, "duplicate_of": self.duplicate_of,
+                 "similarity": self.similarity, "method": self.method, "hamming_distance": self.hamming_distance,
+                 "containment": self.containment, "matched_id": self.matched_id, "methods": list(self.methods),
+                 "candidates": self.candidates, "seen_before": self.seen_before}
+        if self.extra:
+            event.update(self.extra)
+        return event
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any]) -> Decision:
+        data = dict(stored)
+        data["methods"] = tuple(data.get("methods", ()))
+        data["seen_before"] = True
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known and k != "extra"})
+
+
+def lsh_params(config: EngineConfig) -> LSHParams:
+    if config.lsh_bands:
+        return explicit_params(config.lsh_bands, config.lsh_rows, config.lsh_threshold)
+    return optimal_params(config.lsh_threshold, config.num_perm)
+
+
+class Deduplicator:
+    """Streaming near-duplicate detector over a RocksDB index in ``state_dir``. Single writer."""
+
+    def __init__(self, config: EngineConfig | None = None, state_dir: str | Path = "./state") -> None:
+        self.config = config or EngineConfig()
+        c = self.config
+        self.fingerprinter = Fingerprinter(c)
+        self.lsh = lsh_params(c)
+        self.banding = Banding(self.lsh)
+        self.tables = PermutedTables(c.simhash_k, c.simhash_blocks)
+        settings = {"num_perm": c.num_perm, "seed": c.seed, "shingle_size": c.shingle_size,
+                    "bands": self.lsh.bands, "rows": self.lsh.rows, "simhash_k": c.simhash_k,
+                    "simhash_blocks": c.simhash_blocks}
+        self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET)
+        self._last_evict = 0.0
+        self.evicted_total = 0
+
+    # -- public API -------------------------------------------------------------------------
+    def fingerprint(self, article: Article) -> Fingerprint:
+        return self.fingerprinter.fingerprint(article)
+
+    def process(self, article: Article, now: float | None = None,
+                checkpoint: tuple[str, int] | None = None) -> Decision:
+        """Fingerprint ``article`` and decide on it (the embedded, single-process path)."""
+        seq = self.index.seq_of(article.id)
+        if seq is not None:  # skip the fingerprint work for a redelivered id
+            return self._replay(seq, checkpoint)
+        return self.decide(article.id, self.fingerprint(article), now, checkpoint)
+
+    def decide(self, article_id: str, fp: Fingerprint, now: float | None = None,
+               checkpoint: tuple[str, int] | None = None) -> Decision:
+        """Decide on an already fingerprinted article and index it.
+
+        ``checkpoint=(name, offset)`` is stored atomically with the article (see
+        :meth:`checkpoint`), so a consumer can tell which input it has applied.
+        """
+        if fp.minhash.shape[0] != self.config.num_perm:
+            raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {self.config.num_perm}")
+        now = time.time() if now is None else now
+        self._maybe_evict(now)
+        seq = self.index.seq_of(article_id)
+        if seq is not None:
+            return self._replay(seq, checkpoint)
+
+        band_keys: list[bytes] = []
+        buckets: list[bytes | None] = []
+        table_keys: list[bytes] = []
+        has_shingles = fp.n_shingles > 0
+        decision: Decision
+        exact_seq = self.index.exact_match(fp.exact)
+        exact_hit = self.index.article(exact_seq) if exact_seq is not None else None
+        if exact_hit is not None:
+            decision = Decision(id=article_id, type="duplicate-of", duplicate_of=exact_hit.root_id,
+                                similarity=1.0, method="exact", hamming_distance=hamming(fp.simhash, exact_hit.simhash),
+                                containment=1.0, matched_id=exact_hit.article_id, methods=("exact",), candidates=1)
+            root_id = exact_hit.root_id
+        else:
+            permuted = self.tables.permute_all(fp.simhash) if has_shingles else []
+            table_keys = [bytes((t,)) + _u64(p) for t, p in enumerate(permuted)]
+            if has_shingles:
+                band_keys = self.banding.keys(fp.minhash)
+                probes = [(b"S" + bytes((t,)) + _u64(p & self.tables.key_masks[t]), p, self.tables.key_masks[t])
+                          for t, p in enumerate(permuted)]
+                found = self.index.lookup(band_keys, probes, MAX_PER_BUCKET)
+                buckets = found.buckets
+                found = found.lsh | found.simhash
+            else:
+                found = set()
+            decision = self._verify(article_id, fp, sorted(found))
+            root_id = decision.duplicate_of if decision.is_duplicate else article_id
+        self.index.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
+                          exact=fp.exact, minhash=fp.minhash, root_id=root_id, decision=decision.to_event(),
+                          band_keys=band_keys, buckets=buckets, table_keys=table_keys,
+                          index_sketches=exact_hit is None and has_shingles, checkpoint=checkpoint)
+        return decision
+
+    def checkpoint(self, name: str) -> int | None:
+        """The offset last stored with ``decide(..., checkpoint=(name, offset))``."""
+        return self.index.checkpoint(name)
+
+    def remove(self, article_id: str) -> bool:
+        """Forget an article (its id may then be processed afresh). True if it was indexed."""
+        seq = self.index.seq_of(article_id)
+        art = self.index.article(seq) if seq is not None else None
+        if art is None:
+            return False
+        self._delete(art)
+        return True
+
+    def evict_expired(self, now: float | None = None) -> int:
+        """Evict every article first seen more than ``retention`` seconds before ``now``."""
+        if not self.config.retention:
+            return 0
+        now = time.time() if now is None else now
+        evicted = 0
+        while True:
+            seqs = self.index.oldest(now - self.config.retention, limit=1000)
+            if not seqs:
+                break
+            for art in self.index.articles(seqs):
+                self._delete(art)
+                evicted += 1
+            if len(seqs) < 1000:
+                break
+        self.evicted_total += evicted
+        return evicted
+
+    def __len__(self) -> int:
+        return self.index.count
+
+    def disk_bytes(self) -> int:
+        return self.index.disk_bytes()
+
+    def close(self) -> None:
+        self.index.close()
+
+    def __enter__(self) -> Deduplicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------
+    def _replay(self, seq: int, checkpoint: tuple[str, int] | None) -> Decision:
+        art = self.index.article(seq)
+        if checkpoint is not None:
+            self.index.set_checkpoint(*checkpoint)
+        assert art is not None, f"index is missing the record of seq {seq}"
+        return Decision.from_stored(art.decision)
+
+    def _maybe_evict(self, now: float) -> None:
+        if self.config.retention and now - self._last_evict >= EVICT_EVERY_SECONDS:
+            self._last_evict = now
+            self.evict_expired(now)
+
+    def _delete(self, art: StoredArticle) -> None:
+        band_keys = self.banding.keys(art.minhash) if art.indexed else []
+        table_keys = ([bytes((t,)) + _u64(p) for t, p in enumerate(self.tables.permute_all(art.simhash))]
+                      if art.indexed else [])
+        self.index.delete(art, band_keys, table_keys)
+
+    def _verify(self, article_id: str, fp: Fingerprint, seqs: list[int]) -> Decision:
+        if not seqs:
+            return Decision(id=article_id, type="new")
+        c = self.config
+        stored = self.index.articles(seqs)
+        if not stored:
+            return Decision(id=article_id, type="new", candidates=len(seqs))
+        sigs = np.stack([s.minhash for s in stored])
+        jaccards = np.count_nonzero(sigs == fp.minhash, axis=1) / c.num_perm
+        best: tuple | None = None
+        for art, j in zip(stored, jaccards.tolist(), strict=True):
+            methods = []
+            cont = containment(j, fp.n_shingles, art.n_shingles)
+            ham = hamming(fp.simhash, art.simhash)
+            if j >= c.jaccard_threshold:
+                methods.append("minhash")
+            if cont >= c.containment_threshold and fp.n_shingles >= c.min_containment_shingles:
+                methods.append("containment")
+            if ham <= c.simhash_k and j >= c.simhash_min_jaccard:
+                methods.append("simhash")
+            if not methods:
+                continue
+            score = max(j, cont if "containment" in methods else 0.0)
+            key = (score, -art.seq)
+            if best is None or key > best[0]:
+                best = (key, art, j, cont, ham, tuple(methods))
+        if best is None:
+            return Decision(id=article_id, type="new", candidates=len(stored))
+        _, art, j, cont, ham, methods = best
+        return Decision(id=article_id, type="duplicate-of", duplicate_of=art.root_id, similarity=round(j, 4),
+                        method=methods[0], hamming_distance=ham, containment=round(cont, 4),
+                        matched_id=art.article_id, methods=methods, candidates=len(stored))

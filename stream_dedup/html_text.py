@@ -1,0 +1,77 @@
+"""Readable text out of an HTML page.
+
+Crawled pages carry navigation, scripts, styles, headers and footers around the story. We keep
+only the text a reader would read: everything inside ``script``, ``style``, ``nav``, ``header``,
+``footer``, ``aside``, ``form``, ``noscript``, ``template``, ``svg``, ``iframe``, ``button`` and
+``head`` is dropped, block elements end a line, and when the page has ``<article>`` or
+``<main>`` elements only their text is kept (the story is there; the rest is chrome).
+Built on the standard library's tolerant ``html.parser`` (bad markup never raises).
+"""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+_SKIP = frozenset({"script", "style", "nav", "header", "footer", "aside", "form", "noscript",
+                   "template", "svg", "iframe", "button", "head", "select", "object"})
+_CONTENT = frozenset({"article", "main"})
+_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+                   "param", "source", "track", "wbr"})
+_BLOCK = frozenset({"p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "section",
+                    "article", "main", "blockquote", "pre", "ul", "ol", "table", "dd", "dt", "hr"})
+
+
+class _Extractor(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.skip_depth = 0
+        self.content_depth = 0
+        self.all_parts: list[str] = []
+        self.content_parts: list[str] = []
+        self.saw_content = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag in _VOID:
+            if tag in _BLOCK:
+                self._emit("\n")
+            return
+        if tag in _SKIP:
+            self.skip_depth += 1
+        elif tag in _CONTENT:
+            self.content_depth += 1
+            self.saw_content = True
+        if tag in _BLOCK:
+            self._emit("\n")
+
+    def handle_startendtag(self, tag: str, attrs: list) -> None:
+        if tag in _BLOCK:
+            self._emit("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _SKIP:
+            self.skip_depth = max(0, self.skip_depth - 1)
+        elif tag in _CONTENT:
+            self.content_depth = max(0, self.content_depth - 1)
+        if tag in _BLOCK:
+            self._emit("\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self.skip_depth:
+            self._emit(data)
+
+    def _emit(self, text: str) -> None:
+        if self.skip_depth:
+            return
+        self.all_parts.append(text)
+        if self.content_depth:
+            self.content_parts.append(text)
+
+
+def html_to_text(html: str) -> str:
+    """The readable text of ``html`` (see module docstring); whitespace is collapsed per line."""
+    parser = _Extractor()
+    parser.feed(html)
+    parser.close()
+    parts = parser.content_parts if parser.saw_content and parser.content_parts else parser.all_parts
+    lines = (" ".join(line.split()) for line in "".join(parts).split("\n"))
+    return "\n".join(line for line in lines if line)

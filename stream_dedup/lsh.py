@@ -1,0 +1,87 @@
+"""Banding LSH for MinHash signatures (Mining of Massive Datasets, ch. 3.4).
+
+A signature of ``b * r`` values is cut into ``b`` bands of ``r`` rows. Two documents become
+candidates when all rows of at least one band agree. With Jaccard similarity s, a band agrees
+with probability s^r, so
+
+    P(candidate | s) = 1 - (1 - s^r)^b          (the S-curve)
+
+For a target threshold t, :func:`optimal_params` picks (b, r) with b*r <= num_perm minimising
+
+    w_fp * ∫_0^t P(s) ds  +  w_fn * ∫_t^1 (1 - P(s)) ds
+
+(the weighted areas of false positives below t and false negatives above t).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def candidate_probability(s: float | np.ndarray, bands: int, rows: int) -> float | np.ndarray:
+    """The S-curve ``1 - (1 - s^r)^b``."""
+    return 1.0 - (1.0 - np.power(s, rows)) ** bands
+
+
+@dataclass(frozen=True)
+class LSHParams:
+    bands: int
+    rows: int
+    threshold: float
+    false_positive_area: float
+    false_negative_area: float
+
+    @property
+    def inflection(self) -> float:
+        """(1/b)^(1/r): the similarity near which the S-curve is steepest."""
+        return (1.0 / self.bands) ** (1.0 / self.rows)
+
+
+def _areas(threshold: float, bands: np.ndarray, rows: np.ndarray, points: int = 1001) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.linspace(0.0, threshold, points)
+    hi = np.linspace(threshold, 1.0, points)
+    p_lo = candidate_probability(lo[None, :], bands[:, None], rows[:, None])
+    p_hi = candidate_probability(hi[None, :], bands[:, None], rows[:, None])
+    fp = np.trapezoid(p_lo, lo, axis=1)
+    fn = np.trapezoid(1.0 - p_hi, hi, axis=1)
+    return fp, fn
+
+
+def optimal_params(threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weight: float = 0.5) -> LSHParams:
+    """(b, r) minimising the weighted false-positive and false-negative areas for ``threshold``."""
+    if not 0.0 < threshold < 1.0:
+        raise ValueError("threshold must be within (0, 1)")
+    pairs = [(b, r) for b in range(1, num_perm + 1) for r in range(1, num_perm // b + 1)]
+    bands = np.array([p[0] for p in pairs], dtype=np.float64)
+    rows = np.array([p[1] for p in pairs], dtype=np.float64)
+    fp, fn = _areas(threshold, bands, rows)
+    cost = fp_weight * fp + fn_weight * fn
+    i = int(np.argmin(cost))
+    return LSHParams(int(bands[i]), int(rows[i]), threshold, float(fp[i]), float(fn[i]))
+
+
+def explicit_params(bands: int, rows: int, threshold: float) -> LSHParams:
+    fp, fn = _areas(threshold, np.array([bands], float), np.array([rows], float))
+    return LSHParams(bands, rows, threshold, float(fp[0]), float(fn[0]))
+
+
+class Banding:
+    """Turns a uint32 signature into ``bands`` bucket keys.
+
+    A key is the band number (u16 BE) followed by the band's r rows themselves (uint32 BE): exact,
+    so two signatures share a bucket iff the band really agrees (no hash collisions to reason about).
+    """
+
+    def __init__(self, params: LSHParams) -> None:
+        self.params = params
+        self.bands, self.rows = params.bands, params.rows
+        self._band_prefix = [struct.pack(">H", i) for i in range(self.bands)]
+
+    def keys(self, sig32: np.ndarray) -> list[bytes]:
+        """One key per band: ``band (u16 BE) || rows (r x uint32 BE)``."""
+        raw = sig32[: self.bands * self.rows].astype(">u4").tobytes()
+        step = 4 * self.rows
+        return [prefix + raw[i * step:(i + 1) * step] for i, prefix in enumerate(self._band_prefix)]

@@ -1,0 +1,58 @@
+"""Text normalisation and tokenisation.
+
+``normalize(text)`` applies Unicode NFKC (compatibility forms such as full-width letters and
+ligatures fold to their plain equivalents) and case folding (``str.casefold``, stronger
+than ``lower``: German ß -> ss, Greek final sigma, ...).
+
+``tokenize(text)`` returns the word tokens of normalised text, as UTF-8 ``bytes`` (what gets
+hashed): maximal runs of Unicode word characters (``\\w``: letters, digits, underscore of any script). Scripts written without spaces
+between words (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar) have no word boundaries, so
+each of their characters becomes a token on its own; word k-shingles over such tokens are then
+character k-grams, the standard fallback for those scripts.
+
+Pure-ASCII text (most of a news feed) takes a fast path with the same result: ``\\w`` on ASCII is
+``[A-Za-z0-9_]``, so translating every other byte to a space and splitting gives the same tokens
+four times faster than the regular expression.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_WORD = re.compile(r"\w+")
+# Scripts without spaces between words: Thai, Lao, Myanmar, Khmer, CJK radicals/symbols,
+# Hiragana, Katakana, Bopomofo, CJK unified ideographs (+ext A), compatibility ideographs,
+# half-width Katakana, CJK extension planes.
+_NO_BOUNDARY = (
+    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u2e80-\u2fdf\u3005-\u3007\u3021-\u3029"
+    "\u3040-\u30ff\u3100-\u312f\u31a0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+    "\uff66-\uff9f\U00020000-\U0003134f"
+)
+_HAS_NO_BOUNDARY = re.compile(f"[{_NO_BOUNDARY}]")
+_SPLIT_NO_BOUNDARY = re.compile(f"[{_NO_BOUNDARY}]|[^{_NO_BOUNDARY}]+")
+
+
+def normalize(text: str) -> str:
+    """NFKC + case folding."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+_ASCII_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_ASCII_TO_SPACE = bytes(c if c in _ASCII_WORD_BYTES else 32 for c in range(256))
+
+
+def tokenize(normalized: str) -> list[bytes]:
+    """UTF-8 word tokens of normalised text; one token per character in no-boundary scripts."""
+    if normalized.isascii():
+        return normalized.encode("ascii").translate(_ASCII_TO_SPACE).split()
+    words = _WORD.findall(normalized)
+    if _HAS_NO_BOUNDARY.search(normalized):
+        split: list[str] = []
+        for tok in words:
+            if _HAS_NO_BOUNDARY.search(tok):
+                split.extend(_SPLIT_NO_BOUNDARY.findall(tok))
+            else:
+                split.append(tok)
+        words = split
+    return [w.encode("utf-8", "surrogatepass") for w in words]
