@@ -94,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {kind} | {r / n:.4f} | {r} / {n} |")
     for fp in s["false_positives"][: args.show_errors]:
         print("false positive:", fp)
-    missed = [t for t in truth if decisions[t["id"]]["type"] == "new"]
     return 0
 
 

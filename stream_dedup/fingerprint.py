@@ -1,10 +1,14 @@
 """Everything the index needs to know about one article, computed without any state.
 
-text -> (HTML extraction) -> NFKC + casefold -> tokens -> word k-shingle hashes ->
-MinHash signature (uint32[num_perm]), 64-bit SimHash, 128-bit exact hash, shingle count.
+text -> (HTML extraction) -> NFKC + casefold -> tokens -> token hashes -> word k-shingle hashes
+-> MinHash signature (uint32[num_perm]), 64-bit SimHash, 128-bit exact hash, distinct shingle count.
 
 :class:`Fingerprint` has a compact, versioned byte form (:meth:`Fingerprint.to_bytes`) so a
 fingerprint computed on one worker can be decided on by another.
+
+:meth:`Fingerprinter.fingerprint_text` runs the compiled kernels (:mod:`stream_dedup.kernels`);
+:meth:`Fingerprinter.fingerprint_reference` computes the same value step by step with the plain
+Python/numpy functions (tests assert they agree bit for bit).
 """
 
 from __future__ import annotations
@@ -14,16 +18,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels
 from .config import EngineConfig
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
 from .html_text import html_to_text
-from .minhash import MinHasher
+from .minhash import MinHasher, signature_numpy
 from .record import Article
-from .simhash import simhash
-from .text import normalize, tokenize
+from .simhash import simhash_numpy
+from .text import blank_non_word, has_no_boundary_script, normalize, tokenize
 
 _WIRE_VERSION = 1
 _HEADER = struct.Struct(">BHQI16s")  # version, num_perm, simhash, n_shingles, exact hash
+_M32 = np.uint64(0xFFFFFFFF)
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,29 +59,50 @@ class Fingerprint:
         return (isinstance(other, Fingerprint) and self.simhash == other.simhash and self.exact == other.exact
                 and self.n_shingles == other.n_shingles and np.array_equal(self.minhash, other.minhash))
 
+    __hash__ = None  # type: ignore[assignment]
+
 
 class Fingerprinter:
-    """Stateless apart from a token-hash memo; one per thread."""
+    """Stateless apart from a token-hash memo (used for no-boundary scripts); one per thread."""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.tokens = TokenHasher(config.seed)
         self.minhasher = MinHasher(config.num_perm, config.seed)
 
-    def tokens_of(self, text: str, is_html: bool = False) -> list[bytes]:
-        if is_html:
-            text = html_to_text(text)
-        return tokenize(normalize(text))
+    @staticmethod
+    def plain_text(text: str, is_html: bool = False) -> str:
+        return normalize(html_to_text(text) if is_html else text)
 
-    def fingerprint_tokens(self, tokens: list[bytes]) -> Fingerprint:
-        shingles = shingle_hashes(self.tokens.hashes(tokens), self.config.shingle_size)
-        unique = sorted_unique(shingles)
-        sig = self.minhasher.signature32(unique >> np.uint64(32))
-        return Fingerprint(minhash=sig, simhash=simhash(shingles), exact=exact_hash(tokens, self.config.seed),
-                           n_shingles=int(unique.shape[0]))
+    def token_hashes(self, text: str, is_html: bool = False) -> np.ndarray:
+        """64-bit MurmurHash3 of every token (see :func:`stream_dedup.text.tokenize`)."""
+        norm = self.plain_text(text, is_html)
+        if norm.isascii():
+            buf = norm.encode("ascii")
+        else:
+            norm = blank_non_word(norm)
+            if has_no_boundary_script(norm):  # per-character tokens: the Python path
+                return self.tokens.hashes(tokenize(norm))
+            buf = norm.encode("utf-8", "surrogatepass")
+        return kernels.token_hashes_utf8(np.frombuffer(buf, dtype=np.uint8), kernels.WORD_BYTES,
+                                         self.config.seed)
 
     def fingerprint_text(self, text: str, is_html: bool = False) -> Fingerprint:
-        return self.fingerprint_tokens(self.tokens_of(text, is_html))
+        th = self.token_hashes(text, is_html)
+        m = self.minhasher
+        n, mins, sim = kernels.sketch(th, self.config.shingle_size, m._a_lo, m._a_hi, m.b)
+        return Fingerprint(minhash=(mins & _M32).astype(np.uint32), simhash=int(sim),
+                           exact=exact_hash(th, self.config.seed), n_shingles=int(n))
 
     def fingerprint(self, article: Article) -> Fingerprint:
         return self.fingerprint_text(article.text, article.is_html)
+
+    def fingerprint_reference(self, text: str, is_html: bool = False) -> Fingerprint:
+        """The same fingerprint through the uncompiled reference functions (slow; for tests)."""
+        tokens = tokenize(self.plain_text(text, is_html))
+        th = TokenHasher(self.config.seed).hashes(tokens)
+        shingles = shingle_hashes(th, self.config.shingle_size)
+        unique = sorted_unique(shingles)
+        mins = signature_numpy(unique >> np.uint64(32), self.minhasher.a, self.minhasher.b)
+        return Fingerprint(minhash=(mins & _M32).astype(np.uint32), simhash=simhash_numpy(shingles),
+                           exact=exact_hash(th, self.config.seed), n_shingles=int(unique.shape[0]))

@@ -7,8 +7,11 @@ identical values on every machine, process and Python version (pinned by tests):
 * ``shingle_hashes(token_hashes, k)``: 64-bit hash of each run of k consecutive token hashes:
   ``acc = SEED; acc = (acc XOR h_j) * M  (mod 2^64)`` for j in the run, then MurmurHash3's
   ``fmix64`` finaliser. Order-sensitive, and avoids building and hashing k-word strings.
-* ``exact_hash(tokens, seed)``: 128-bit MurmurHash3 of the tokens joined by single spaces
-  (the normalised text: case, Unicode form, punctuation and spacing no longer matter).
+* ``exact_hash(token_hashes, seed)``: 128-bit MurmurHash3 x64-128 of the sequence of token
+  hashes (little-endian uint64): the fingerprint of the normalised text, in which case, Unicode
+  form, punctuation and spacing no longer matter.
+
+The compiled twins of ``token_hash`` and ``shingle_hashes`` are in :mod:`stream_dedup.kernels`.
 """
 
 from __future__ import annotations
@@ -72,9 +75,9 @@ def shingle_hashes(token_hashes: np.ndarray, k: int) -> np.ndarray:
         return fmix64(acc ^ np.uint64(kk))
 
 
-def exact_hash(tokens: list[bytes], seed: int) -> bytes:
-    """128-bit MurmurHash3 (x64 variant) of the normalised text (UTF-8 tokens joined by spaces)."""
-    return mmh3.hash_bytes(b" ".join(tokens), seed, x64arch=True)
+def exact_hash(token_hashes: np.ndarray, seed: int) -> bytes:
+    """128-bit MurmurHash3 (x64 variant) of the token-hash sequence."""
+    return mmh3.hash_bytes(token_hashes.astype("<u8").tobytes(), seed, x64arch=True)
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:

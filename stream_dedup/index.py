@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 _U64 = struct.Struct(">Q")
 _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
@@ -88,7 +88,8 @@ def _u64(n: int) -> bytes:
 class Index:
     """Key layout and primitive operations; the decision logic lives in :mod:`stream_dedup.engine`."""
 
-    def __init__(self, path: str | Path, num_perm: int, settings: dict, max_bucket: int = 256) -> None:
+    def __init__(self, path: str | Path, num_perm: int, settings: dict, max_bucket: int = 256,
+                 cache_bytes: int = 64 << 20, durable_writes: bool = True) -> None:
         self.path = Path(path)
         self.max_bucket = max_bucket
         self.path.mkdir(parents=True, exist_ok=True)
@@ -96,7 +97,20 @@ class Index:
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         opts.increase_parallelism(max(1, min(4, os.cpu_count() or 1)))
+        table = BlockBasedOptions()
+        table.set_bloom_filter(10, False)          # absent keys (most ids, buckets) skip SST reads
+        table.set_block_cache(Cache(cache_bytes))
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        opts.set_block_based_table_factory(table)
+        opts.set_memtable_prefix_bloom_ratio(0.1)  # ... and the same in the memtable
+        opts.set_memtable_whole_key_filtering(True)
+        opts.set_write_buffer_size(64 << 20)
         self.db = Rdict(str(self.path), opts)
+        if not durable_writes:
+            wo = WriteOptions()
+            wo.disable_wal = True
+            self.db.set_write_options(wo)
         self._read = ReadOptions()
         self._check_settings(settings)
         self.next_seq = self._get_int(b"Mnext_seq", 0)

@@ -33,6 +33,25 @@ _HAS_NO_BOUNDARY = re.compile(f"[{_NO_BOUNDARY}]")
 _SPLIT_NO_BOUNDARY = re.compile(f"[{_NO_BOUNDARY}]|[^{_NO_BOUNDARY}]+")
 
 
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def blank_non_word(normalized: str) -> str:
+    """Replace every non-ASCII character that is not a word character (``\\w``) by a space.
+
+    After this, the word bytes of the UTF-8 encoding are exactly the ASCII letters, digits, ``_``
+    and all bytes >= 0x80, so a byte scanner finds the same tokens as :func:`tokenize`.
+    """
+    for ch in set(_NON_ASCII.findall(normalized)):
+        if not _WORD.match(ch):
+            normalized = normalized.replace(ch, " ")
+    return normalized
+
+
+def has_no_boundary_script(text: str) -> bool:
+    return _HAS_NO_BOUNDARY.search(text) is not None
+
+
 def normalize(text: str) -> str:
     """NFKC + case folding."""
     return unicodedata.normalize("NFKC", text).casefold()

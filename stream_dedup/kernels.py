@@ -1,0 +1,184 @@
+"""Compiled (numba) inner loops of the fingerprint. Each has a plain Python/numpy twin that
+tests compare it with bit for bit:
+
+* :func:`murmur3_64` / :func:`token_hashes_utf8`: MurmurHash3 x64-128 (first 64 bits, as
+  ``mmh3.hash64(data, seed, signed=False)[0]``) of every token of a UTF-8 buffer, where a token is
+  a maximal run of word bytes (ASCII letters, digits, ``_`` and every byte >= 0x80: the caller has
+  already replaced non-word non-ASCII characters by spaces). One pass, no Python objects per token.
+* :func:`sketch`: word k-shingle hashes (see :mod:`stream_dedup.hashing`), their distinct values,
+  the exact MinHash minima (see :mod:`stream_dedup.minhash`) and the SimHash (see
+  :mod:`stream_dedup.simhash`), in one call.
+
+Compiled on first use and cached on disk (``NUMBA_CACHE_DIR`` chooses where).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+C1 = np.uint64(0x87C37B91114253D5)
+C2 = np.uint64(0x4CF5AD432745937F)
+_MASK = (1 << 64) - 1
+
+
+@njit(cache=True, inline="always")
+def _rotl(x, r):
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@njit(cache=True, inline="always")
+def _fmix(k):
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xFF51AFD7ED558CCD)
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xC4CEB9FE1A85EC53)
+    k ^= k >> np.uint64(33)
+    return k
+
+
+@njit(cache=True, inline="always")
+def _load64(buf, i):
+    v = np.uint64(0)
+    for b in range(8):
+        v |= np.uint64(buf[i + b]) << np.uint64(8 * b)
+    return v
+
+
+@njit(cache=True)
+def murmur3_64(buf, start, end, seed):
+    """First 64 bits of MurmurHash3_x64_128(buf[start:end], seed)."""
+    c1 = np.uint64(0x87C37B91114253D5)
+    c2 = np.uint64(0x4CF5AD432745937F)
+    n = end - start
+    h1 = np.uint64(seed)
+    h2 = np.uint64(seed)
+    nblocks = n // 16
+    for blk in range(nblocks):
+        i = start + blk * 16
+        k1 = _load64(buf, i)
+        k2 = _load64(buf, i + 8)
+        k1 *= c1
+        k1 = _rotl(k1, 31)
+        k1 *= c2
+        h1 ^= k1
+        h1 = _rotl(h1, 27)
+        h1 += h2
+        h1 = h1 * np.uint64(5) + np.uint64(0x52DCE729)
+        k2 *= c2
+        k2 = _rotl(k2, 33)
+        k2 *= c1
+        h2 ^= k2
+        h2 = _rotl(h2, 31)
+        h2 += h1
+        h2 = h2 * np.uint64(5) + np.uint64(0x38495AB5)
+    tail = start + nblocks * 16
+    rem = n & 15
+    k1 = np.uint64(0)
+    k2 = np.uint64(0)
+    if rem > 8:
+        for b in range(rem - 1, 7, -1):
+            k2 ^= np.uint64(buf[tail + b]) << np.uint64(8 * (b - 8))
+        k2 *= c2
+        k2 = _rotl(k2, 33)
+        k2 *= c1
+        h2 ^= k2
+    if rem > 0:
+        top = rem - 1 if rem <= 8 else 7
+        for b in range(top, -1, -1):
+            k1 ^= np.uint64(buf[tail + b]) << np.uint64(8 * b)
+        k1 *= c1
+        k1 = _rotl(k1, 31)
+        k1 *= c2
+        h1 ^= k1
+    h1 ^= np.uint64(n)
+    h2 ^= np.uint64(n)
+    h1 += h2
+    h2 += h1
+    h1 = _fmix(h1)
+    h2 = _fmix(h2)
+    h1 += h2
+    return h1
+
+
+def _word_byte_table() -> np.ndarray:
+    table = np.zeros(256, dtype=np.bool_)
+    for c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_":
+        table[c] = True
+    table[0x80:] = True
+    return table
+
+
+WORD_BYTES = _word_byte_table()
+
+
+@njit(cache=True)
+def token_hashes_utf8(buf, word, seed):
+    """MurmurHash3 (64-bit) of every maximal run of word bytes in ``buf``."""
+    n = buf.shape[0]
+    out = np.empty(n // 2 + 1, dtype=np.uint64)
+    count = 0
+    i = 0
+    while i < n:
+        while i < n and not word[buf[i]]:
+            i += 1
+        if i >= n:
+            break
+        j = i
+        while j < n and word[buf[j]]:
+            j += 1
+        out[count] = murmur3_64(buf, i, j, seed)
+        count += 1
+        i = j
+    return out[:count]
+
+
+@njit(cache=True)
+def sketch(token_hashes, k, a_lo, a_hi, b):
+    """(distinct shingle count, MinHash minima uint64[num_perm], SimHash) of a token-hash sequence."""
+    n = token_hashes.shape[0]
+    num_perm = a_lo.shape[0]
+    p = np.uint64((1 << 61) - 1)
+    mins = np.full(num_perm, p, dtype=np.uint64)
+    if n == 0:
+        return 0, mins, np.uint64(0)
+    kk = min(k, n)
+    m = n - kk + 1
+    sh = np.empty(m, dtype=np.uint64)
+    mul = np.uint64(0x9E3779B97F4A7C15)
+    for i in range(m):
+        acc = np.uint64(0x2545F4914F6CDD1D)
+        for j in range(kk):
+            acc = (acc ^ token_hashes[i + j]) * mul
+        sh[i] = _fmix(acc ^ np.uint64(kk))
+    # SimHash over all occurrences (term-frequency weights)
+    votes = np.zeros(64, dtype=np.int64)
+    one = np.uint64(1)
+    for i in range(m):
+        f = sh[i]
+        for bit in range(64):
+            votes[bit] += np.int64((f >> np.uint64(bit)) & one)
+    fp = np.uint64(0)
+    for bit in range(64):
+        if 2 * votes[bit] > m:
+            fp |= one << np.uint64(bit)
+    # distinct shingles, then MinHash over their top 32 bits
+    s = np.sort(sh)
+    m29 = np.uint64((1 << 29) - 1)
+    distinct = 0
+    for i in range(m):
+        if i > 0 and s[i] == s[i - 1]:
+            continue
+        distinct += 1
+        x = s[i] >> np.uint64(32)
+        for j in range(num_perm):
+            lo = a_lo[j] * x
+            hi = a_hi[j] * x
+            v = (hi >> np.uint64(29)) + ((hi & m29) << np.uint64(32)) + (lo & p) + (lo >> np.uint64(61)) + b[j]
+            v = (v & p) + (v >> np.uint64(61))
+            v = (v & p) + (v >> np.uint64(61))
+            if v >= p:
+                v -= p
+            if v < mins[j]:
+                mins[j] = v
+    return distinct, mins, fp
