@@ -345,4 +345,48 @@ def kio(kafka_bootstrap: str) -> SimpleNamespace:
         produce=lambda topic, records, **kw: produce(kafka_bootstrap, topic, records, **kw),
         consume_all=lambda topics, **kw: consume_all(kafka_bootstrap, topics, **kw),
         committed_offsets=lambda group, topic, n: committed_offsets(kafka_bootstrap, group, topic, n),
-        metric_value=metric_value, http_get=http_get, load_news=load_news)
+        metric_value=metric_value, http_get=http_get, load_news=load_news,
+        synthetic_records=synthetic_records, synthetic_story=synthetic_story,
+        synthetic_variant=synthetic_variant)
+
+
+# ------------------------------------------------------------------ synthetic stories
+
+_VOCAB = ("government minister said report economy market police city council election vote court "
+          "judge company shares growth rate bank inflation prices energy oil gas climate weather storm "
+          "flood rescue hospital health doctors patients school teachers students university research "
+          "scientists study data technology software security attack military troops border talks peace "
+          "agreement trade tariffs exports imports farmers crops water river bridge road transport rail "
+          "airport flights airline passengers tourism hotel festival music film award players match season "
+          "coach league title record fans stadium protest workers union strike wages pension tax budget").split()
+
+
+def synthetic_story(i: int, words: int = 120) -> str:
+    import random
+
+    rnd = random.Random(i)
+    sentences, n = [], 0
+    while n < words:
+        k = rnd.randint(8, 16)
+        sentences.append(" ".join(rnd.choice(_VOCAB) for _ in range(k)).capitalize() + f" s{i}n{n}.")
+        n += k
+    return " ".join(sentences)
+
+
+def synthetic_variant(text: str, v: int) -> str:
+    """A near-duplicate: same first part, a different footer (v selects it)."""
+    return text + f" This story was republished by outlet number {v} with permission. Read more news online."
+
+
+def synthetic_records(n_stories: int, variants_per_story: int = 2) -> list[tuple[str, str, bytes]]:
+    """``(id, cluster, json bytes)``: all originals first, then the variants."""
+    out = []
+    for i in range(n_stories):
+        out.append((f"s{i}", f"s{i}", json.dumps({"id": f"s{i}", "text": synthetic_story(i)}).encode()))
+    for v in range(1, variants_per_story + 1):
+        for i in range(n_stories):
+            if (i + v) % 3 == 0:
+                continue  # not every story has every variant
+            text = synthetic_variant(synthetic_story(i), v)
+            out.append((f"s{i}-v{v}", f"s{i}", json.dumps({"id": f"s{i}-v{v}", "text": text}).encode()))
+    return out

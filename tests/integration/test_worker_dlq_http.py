@@ -22,7 +22,7 @@ BAD = [
     (b"this is not json {", "invalid_json"),
     (json.dumps({"text": "no id here " * 10}).encode(), "missing_id"),
     (json.dumps({"id": "no-text"}).encode(), "missing_text"),
-    (json.dumps({"id": 12345, "text": "numeric id " * 10}).encode(), "wrong_type"),
+    (json.dumps({"id": "list-text", "text": ["not", "a", "string"]}).encode(), "wrong_type"),
     (json.dumps({"id": "too-big", "text": "x" * 5000}).encode(), "too_large"),
     (b'{"id": "bad-utf8", "text": "caf\xe9 au lait \xff\xfe"}', "invalid_utf8"),
     (b"[1, 2, 3]", "not_an_object"),
