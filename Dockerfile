@@ -48,6 +48,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     STREAM_DEDUP_DATA_DIR=/data \
     STREAM_DEDUP_METRICS_PORT=9108 \
+    NUMBA_CACHE_DIR=/tmp/numba-cache \
     HOME=/home/stream-dedup
 
 RUN groupadd --system --gid 10001 stream-dedup \

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export STREAM_DEDUP_CACHE ?= $(HOME)/.cache/stream-dedup
 
-.PHONY: install lint test test-unit test-kafka helm kafka-start kafka-stop bench clean
+.PHONY: install lint test test-unit helm kafka-start kafka-stop bench demo clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ kafka-start:
 
 kafka-stop:
 	bash scripts/kafka.sh stop
+
+SHARED ?= ../shared/data
+demo: install
+	mkdir -p out
+	$(VENV)/bin/stream-dedup dedup $(SHARED)/news_stream.jsonl --out out/events.jsonl --state out/state
+	$(PY) bench/quality.py --data $(SHARED)
 
 bench: install
 	$(PY) bench/quality.py
