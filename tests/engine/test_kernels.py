@@ -1,0 +1,98 @@
+"""stream_dedup.kernels: the compiled loops against mmh3 and the numpy/Python reference functions."""
+
+from __future__ import annotations
+
+import re
+
+import mmh3
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stream_dedup import kernels
+from stream_dedup.hashing import shingle_hashes, sorted_unique
+from stream_dedup.minhash import MERSENNE_61, MinHasher, signature_numpy
+from stream_dedup.simhash import simhash_numpy
+
+SEEDS = st.sampled_from([0, 1, 2, 42, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]) | st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.integers(min_value=0, max_value=64).flatmap(lambda n: st.binary(min_size=n, max_size=n)), SEEDS)
+def test_murmur3_64_equals_mmh3(data: bytes, seed: int) -> None:
+    buf = np.frombuffer(data, dtype=np.uint8)
+    assert int(kernels.murmur3_64(buf, 0, len(data), seed)) == mmh3.hash64(data, seed, signed=False)[0]
+
+
+def test_murmur3_64_every_length_0_to_64() -> None:
+    rng = np.random.default_rng(5)
+    for n in range(65):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        for seed in (0, 1, 0xFFFFFFFF):
+            assert int(kernels.murmur3_64(np.frombuffer(data, np.uint8), 0, n, seed)) == \
+                mmh3.hash64(data, seed, signed=False)[0], (n, seed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=80), st.data(), SEEDS)
+def test_murmur3_64_of_a_slice(data: bytes, draw: st.DataObject, seed: int) -> None:
+    start = draw.draw(st.integers(0, len(data)))
+    end = draw.draw(st.integers(start, len(data)))
+    buf = np.frombuffer(data, dtype=np.uint8)
+    assert int(kernels.murmur3_64(buf, start, end, seed)) == mmh3.hash64(data[start:end], seed, signed=False)[0]
+
+
+def test_word_byte_table() -> None:
+    expected = {c for c in range(256) if c >= 0x80 or re.fullmatch(rb"\w", bytes([c]))}
+    assert {c for c in range(256) if kernels.WORD_BYTES[c]} == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200) | st.text(alphabet="ab_9 ,.\t\n-é", max_size=60).map(str.encode), SEEDS)
+def test_token_hashes_utf8_equals_split_and_mmh3(data: bytes, seed: int) -> None:
+    tokens = re.findall(rb"[A-Za-z0-9_\x80-\xff]+", data)
+    got = kernels.token_hashes_utf8(np.frombuffer(data, dtype=np.uint8), kernels.WORD_BYTES, seed)
+    assert [int(x) for x in got] == [mmh3.hash64(t, seed, signed=False)[0] for t in tokens]
+
+
+def test_token_hashes_utf8_worst_case_token_count() -> None:
+    data = b"a " * 50 + b"a"  # the most tokens a buffer of this length can hold
+    got = kernels.token_hashes_utf8(np.frombuffer(data, np.uint8), kernels.WORD_BYTES, 1)
+    assert len(got) == 51
+
+
+def _sketch_reference(th: np.ndarray, k: int, minhasher: MinHasher) -> tuple[int, np.ndarray, int]:
+    sh = shingle_hashes(th, k)
+    unique = sorted_unique(sh)
+    mins = signature_numpy(unique >> np.uint64(32), minhasher.a, minhasher.b)
+    return int(unique.shape[0]), mins, simhash_numpy(sh)
+
+
+MINHASHERS = {n: MinHasher(n, 1) for n in (8, 16, 128)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 5), max_size=50),
+       st.integers(min_value=1, max_value=6), st.sampled_from(sorted(MINHASHERS)))
+def test_sketch_equals_reference(values: list[int], k: int, num_perm: int) -> None:
+    m = MINHASHERS[num_perm]
+    th = np.array(values, dtype=np.uint64)
+    n, mins, sim = kernels.sketch(th, k, m._a_lo, m._a_hi, m.b)
+    ref_n, ref_mins, ref_sim = _sketch_reference(th, k, m)
+    assert int(n) == ref_n
+    assert np.array_equal(mins, ref_mins)
+    assert int(sim) == ref_sim
+
+
+def test_sketch_of_nothing() -> None:
+    m = MINHASHERS[8]
+    n, mins, sim = kernels.sketch(np.empty(0, np.uint64), 4, m._a_lo, m._a_hi, m.b)
+    assert int(n) == 0 and int(sim) == 0
+    assert (mins == MERSENNE_61).all()
+
+
+def test_sketch_counts_repeated_shingles_once() -> None:
+    m = MINHASHERS[8]
+    th = np.array([1, 2, 1, 2, 1, 2, 1, 2], dtype=np.uint64)  # shingles of k=2: (1,2) x4, (2,1) x3
+    n, _, _ = kernels.sketch(th, 2, m._a_lo, m._a_hi, m.b)
+    assert int(n) == 2
