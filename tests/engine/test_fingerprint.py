@@ -1,0 +1,207 @@
+"""stream_dedup.fingerprint: pinned values, process independence, kernel path == reference path,
+the wire format."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stream_dedup.config import EngineConfig
+from stream_dedup.fingerprint import Fingerprint, Fingerprinter
+from stream_dedup.html_text import html_to_text
+from stream_dedup.record import Article
+
+PINNED_TEXT = ("Streaming near-duplicate detection: the quick brown fox jumps over the lazy dog, "
+               "while 3 reporters file the same story twice. Naïve façade, Straße, ﬁnance!")
+
+# Pinned with the default EngineConfig when the format was fixed: changing any of these values
+# silently invalidates every index and every fingerprint in flight.
+PINNED_EXACT = "23a8f62c7c28dc92137ee2f2e9ea1143"
+PINNED_N_SHINGLES = 22
+PINNED_SIMHASH = 15440789372418459188
+PINNED_MINHASH_8 = [2841736364, 1964704811, 1417861517, 2105956953, 1520427696, 3845884573, 253936806, 1633456403]
+
+DEFAULT = Fingerprinter(EngineConfig())
+
+
+def test_pinned_fingerprint() -> None:
+    fp = DEFAULT.fingerprint_text(PINNED_TEXT)
+    assert fp.exact.hex() == PINNED_EXACT
+    assert fp.n_shingles == PINNED_N_SHINGLES
+    assert fp.simhash == PINNED_SIMHASH
+    assert fp.minhash[:8].tolist() == PINNED_MINHASH_8
+    assert fp.minhash.shape == (128,) and fp.minhash.dtype == np.uint32
+    assert DEFAULT.fingerprint_reference(PINNED_TEXT) == fp
+
+
+@pytest.mark.parametrize("hash_seed", ["0", "4242"])
+def test_fingerprint_is_the_same_in_another_process(hash_seed: str) -> None:
+    script = textwrap.dedent(f"""
+        import sys
+        from stream_dedup.config import EngineConfig
+        from stream_dedup.fingerprint import Fingerprinter
+        sys.stdout.write(Fingerprinter(EngineConfig()).fingerprint_text({PINNED_TEXT!r}).to_bytes().hex())
+    """)
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert bytes.fromhex(proc.stdout) == DEFAULT.fingerprint_text(PINNED_TEXT).to_bytes()
+
+
+TEXTS = [
+    PINNED_TEXT,
+    "Plain ASCII news text. " * 30,
+    "Déjà vu: Москва и Санкт-Петербург — Ελληνικά κείμενα, naïve café.",
+    "東京都は本日、新しい条例を発表した。市民の反応はさまざまだ。",
+    "ข่าววันนี้: รัฐบาลประกาศมาตรการใหม่",
+    "mixed 中文 and English words 2024年 with ｆｕｌｌｗｉｄｔｈ",
+    "!!! ... --- ,,, ???",
+    "",
+    "   \n\t ",
+    "one",
+    "two words",
+    "a b c d",
+    "emoji 😀 between 🚀 words ✓ and math ∑ x²",
+    "zero\u200bwidth and soft\u00adhyphen and nbsp\u00a0here",
+    "lone \ud800 surrogate",
+    "_under_score_ snake_case CamelCase",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_kernel_equals_reference(text: str) -> None:
+    assert DEFAULT.fingerprint_text(text) == DEFAULT.fingerprint_reference(text)
+
+
+HTML = [
+    "<html><body><nav>Home</nav><article><h1>Title</h1><p>Body text of the story &amp; more.</p></article>"
+    "<footer>(c) site</footer><script>x()</script></body></html>",
+    "<p>café</p><p>東京</p>",
+    "<div>no article here, just <b>text</b></div>",
+]
+
+
+@pytest.mark.parametrize("html", HTML)
+def test_html_kernel_equals_reference_and_extracted_text(html: str) -> None:
+    fp = DEFAULT.fingerprint_text(html, is_html=True)
+    assert fp == DEFAULT.fingerprint_reference(html, is_html=True)
+    assert fp == DEFAULT.fingerprint_text(html_to_text(html))
+
+
+@pytest.mark.parametrize("config", [
+    EngineConfig(num_perm=16, shingle_size=1, seed=7),
+    EngineConfig(num_perm=64, shingle_size=3, seed=123456),
+    EngineConfig(num_perm=200, shingle_size=8),
+])
+def test_kernel_equals_reference_other_configs(config: EngineConfig) -> None:
+    fpr = Fingerprinter(config)
+    for text in TEXTS:
+        fp = fpr.fingerprint_text(text)
+        assert fp.minhash.shape == (config.num_perm,)
+        assert fp == fpr.fingerprint_reference(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300) | st.lists(st.sampled_from(["the", "news", "Straße", "東", "ไทย", "é", ",", " ", "\n",
+                                                          "ﬁ", "Ａ", "42", "_"]), max_size=80).map(" ".join))
+def test_property_kernel_equals_reference(text: str) -> None:
+    assert DEFAULT.fingerprint_text(text) == DEFAULT.fingerprint_reference(text)
+
+
+def test_fingerprint_of_article() -> None:
+    art = Article(id="x", text="<p>Hello there, general reader.</p>", is_html=True)
+    assert DEFAULT.fingerprint(art) == DEFAULT.fingerprint_text("Hello there, general reader.")
+
+
+def test_exact_hash_ignores_case_unicode_form_punctuation_and_spacing() -> None:
+    a = DEFAULT.fingerprint_text("Straße ﬁnance: the  QUICK, brown fox!")
+    b = DEFAULT.fingerprint_text("strasse finance the quick brown fox")
+    assert a == b
+    c = DEFAULT.fingerprint_text("strasse finance the quick brown dog")
+    assert c.exact != a.exact
+
+
+def test_empty_text_fingerprint() -> None:
+    fp = DEFAULT.fingerprint_text("...")
+    assert fp.n_shingles == 0 and fp.simhash == 0
+    assert fp.exact == DEFAULT.fingerprint_text("").exact
+
+
+def test_seed_changes_everything() -> None:
+    a = Fingerprinter(EngineConfig(seed=1)).fingerprint_text(PINNED_TEXT)
+    b = Fingerprinter(EngineConfig(seed=2)).fingerprint_text(PINNED_TEXT)
+    assert a.exact != b.exact and a.simhash != b.simhash and not np.array_equal(a.minhash, b.minhash)
+    assert a.n_shingles == b.n_shingles
+
+
+# ------------------------------------------------------------------------------------ wire format
+def test_to_bytes_layout() -> None:
+    fp = DEFAULT.fingerprint_text(PINNED_TEXT)
+    data = fp.to_bytes()
+    assert len(data) == 31 + 4 * 128
+    assert data[0] == 1                                     # version
+    assert int.from_bytes(data[1:3], "big") == 128          # num_perm
+    assert int.from_bytes(data[3:11], "big") == PINNED_SIMHASH
+    assert int.from_bytes(data[11:15], "big") == PINNED_N_SHINGLES
+    assert data[15:31].hex() == PINNED_EXACT
+    assert int.from_bytes(data[31:35], "big") == PINNED_MINHASH_8[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 300).flatmap(lambda n: st.lists(st.integers(0, 2**32 - 1), min_size=n, max_size=n)),
+       st.integers(0, 2**64 - 1), st.binary(min_size=16, max_size=16), st.integers(0, 2**32 - 1))
+def test_round_trip(minhash: list[int], sim: int, exact: bytes, n: int) -> None:
+    fp = Fingerprint(np.array(minhash, dtype=np.uint32), sim, exact, n)
+    back = Fingerprint.from_bytes(fp.to_bytes())
+    assert back == fp
+    assert back.minhash.dtype == np.uint32
+    assert back.to_bytes() == fp.to_bytes()
+
+
+def test_round_trip_real() -> None:
+    for text in TEXTS:
+        fp = DEFAULT.fingerprint_text(text)
+        assert Fingerprint.from_bytes(fp.to_bytes()) == fp
+        assert Fingerprint.from_bytes(bytearray(fp.to_bytes())) == fp
+
+
+GOOD = DEFAULT.fingerprint_text(PINNED_TEXT).to_bytes()
+
+
+@pytest.mark.parametrize("garbage", [
+    b"",
+    b"\x01",
+    GOOD[:30],                        # shorter than the header
+    GOOD[:-1],                        # signature truncated
+    GOOD + b"\x00",                   # trailing byte
+    b"\x02" + GOOD[1:],               # unknown version
+    b"\x00" + GOOD[1:],
+    GOOD[:1] + b"\x00\x10" + GOOD[3:],  # header says 16 permutations, body holds 128
+    b"not a fingerprint at all, clearly garbage",
+])
+def test_from_bytes_rejects_garbage(garbage: bytes) -> None:
+    with pytest.raises(ValueError):
+        Fingerprint.from_bytes(garbage)
+
+
+def test_equality() -> None:
+    fp = DEFAULT.fingerprint_text(PINNED_TEXT)
+    other = Fingerprint(fp.minhash.copy(), fp.simhash, fp.exact, fp.n_shingles)
+    assert fp == other
+    changed = fp.minhash.copy()
+    changed[5] ^= 1
+    assert fp != Fingerprint(changed, fp.simhash, fp.exact, fp.n_shingles)
+    assert fp != Fingerprint(fp.minhash, fp.simhash ^ 1, fp.exact, fp.n_shingles)
+    assert fp != Fingerprint(fp.minhash, fp.simhash, bytes(16), fp.n_shingles)
+    assert fp != Fingerprint(fp.minhash, fp.simhash, fp.exact, fp.n_shingles + 1)
+    assert fp != "fingerprint"
+    with pytest.raises(TypeError):
+        hash(fp)
