@@ -1,0 +1,196 @@
+"""stream_dedup.index: key layout, records, buckets, tables, deletes, retention order, persistence."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stream_dedup.index import Index, _u64
+
+SETTINGS = {"num_perm": 8, "seed": 1, "purpose": "index-test"}
+
+
+def open_index(path: Path, **kw) -> Index:
+    return Index(path, num_perm=8, settings=kw.pop("settings", SETTINGS), **kw)
+
+
+def add(index: Index, n: int, *, band_keys: list[bytes] = (), table_keys: list[bytes] = (), first_seen: float = 0.0,
+        indexed: bool = True, exact: bytes | None = None, simhash: int = 0, decision: dict | None = None,
+        checkpoint: tuple[str, int] | None = None, article_id: str | None = None) -> int:
+    band_keys = list(band_keys)
+    found = index.lookup(band_keys, [], 256)
+    return index.insert(article_id=article_id or f"a{n}", first_seen=first_seen, simhash=simhash, n_shingles=n + 1,
+                        exact=exact or n.to_bytes(16, "big"), minhash=np.arange(8, dtype=np.uint32) + n,
+                        root_id=f"root{n}", decision=decision or {"n": n}, band_keys=band_keys,
+                        buckets=found.buckets, table_keys=list(table_keys), index_sketches=indexed,
+                        checkpoint=checkpoint)
+
+
+def key_families(index: Index) -> Counter:
+    return Counter(bytes(k[:1]) for k in index.db.keys())
+
+
+def test_record_round_trip(tmp_path: Path) -> None:
+    with_unicode = "ü-東京-\U0001f600"
+    idx = open_index(tmp_path)
+    sig = np.array([0, 1, 2**32 - 1, 7, 8, 9, 10, 2**31], dtype=np.uint32)
+    decision = {"id": with_unicode, "type": "new", "similarity": None, "methods": ["a", "b"]}
+    seq = idx.insert(article_id=with_unicode, first_seen=1234.5678, simhash=2**64 - 1, n_shingles=2**32 - 1,
+                     exact=b"\x01" * 16, minhash=sig, root_id="root-ü", decision=decision, band_keys=[],
+                     buckets=[], table_keys=[], index_sketches=True, checkpoint=None)
+    art = idx.article(seq)
+    assert art is not None
+    assert (art.seq, art.article_id, art.root_id, art.first_seen, art.simhash, art.n_shingles, art.exact,
+            art.indexed, art.decision) == (seq, with_unicode, "root-ü", 1234.5678, 2**64 - 1, 2**32 - 1, b"\x01" * 16,
+                                           True, decision)
+    assert art.minhash.dtype == np.uint32 and np.array_equal(art.minhash, sig)
+    assert idx.seq_of(with_unicode) == seq
+    assert idx.exact_match(b"\x01" * 16) == seq
+    assert idx.article(seq + 1) is None
+    idx.close()
+
+
+def test_seqs_are_dense_and_count(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    assert [add(idx, n) for n in range(5)] == [0, 1, 2, 3, 4]
+    assert idx.count == 5 and idx.next_seq == 5
+    assert [a.article_id for a in idx.articles([4, 99, 0])] == ["a4", "a0"]
+    assert idx.articles([]) == []
+    idx.close()
+
+
+def test_unindexed_records_have_no_sketch_keys(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    seq = add(idx, 0, band_keys=[b"\x00\x00band"], table_keys=[b"\x00" + _u64(5)], indexed=False)
+    assert idx.exact_match((0).to_bytes(16, "big")) is None
+    assert idx.lookup([b"\x00\x00band"], [], 256).lsh == set()
+    fam = key_families(idx)
+    assert fam[b"X"] == 0 and fam[b"B"] == 0 and fam[b"S"] == 0
+    assert fam[b"A"] == 1 and fam[b"I"] == 1 and fam[b"T"] == 1
+    assert idx.article(seq).indexed is False
+    idx.close()
+
+
+def test_lsh_buckets_collect_members_and_keep_the_newest(tmp_path: Path) -> None:
+    idx = open_index(tmp_path, max_bucket=3)
+    shared, own = b"\x00\x01shared", b"\x00\x02own"
+    for n in range(5):
+        add(idx, n, band_keys=[shared] + ([own] if n == 0 else []))
+    found = idx.lookup([shared, own, b"\x00\x03absent"], [], 256)
+    assert found.lsh == {2, 3, 4, 0}  # shared bucket capped to the newest 3; `own` holds 0
+    assert found.buckets[2] is None
+    assert np.frombuffer(found.buckets[0], dtype=">u8").tolist() == [2, 3, 4]  # oldest first
+    assert idx.lookup([], [], 256).lsh == set()
+    idx.close()
+
+
+def test_simhash_probe_is_a_masked_range_scan(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    mask = 0xFFFF << 48
+    values = {0: 0x1234_0000_0000_0001, 1: 0x1234_FFFF_FFFF_FFFF, 2: 0x1235_0000_0000_0000, 3: 0x1233_FFFF_FFFF_FFFF}
+    for n, v in values.items():
+        add(idx, n, table_keys=[b"\x00" + _u64(v), b"\x01" + _u64(v ^ (2**64 - 1))])
+    query = 0x1234_5555_0000_0000
+    probe = (b"S\x00" + _u64(query & mask), query, mask)
+    assert idx.lookup([], [probe], 256).simhash == {0, 1}
+    assert idx.lookup([], [probe], 1).simhash == {0}   # max_per_probe bounds the scan
+    # table 1 holds other values: the same query finds nothing there
+    assert idx.lookup([], [(b"S\x01" + _u64(query & mask), query, mask)], 256).simhash == set()
+    # the last table (prefix ends the key space) and an empty mask (matches the whole table)
+    assert idx.lookup([], [(b"S\x01" + _u64(0), 0, 0)], 256).simhash == {0, 1, 2, 3}
+    idx.close()
+
+
+def test_delete_removes_every_key_of_the_article(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    shared, own = b"\x00\x01shared", b"\x00\x02own"
+    t0, t1 = b"\x00" + _u64(10), b"\x00" + _u64(11)
+    add(idx, 0, band_keys=[shared, own], table_keys=[t0], first_seen=5.0)
+    add(idx, 1, band_keys=[shared], table_keys=[t1], first_seen=6.0)
+    before = key_families(idx)
+    art = idx.article(0)
+    idx.delete(art, [shared, own], [t0])
+    after = key_families(idx)
+    assert before - after == Counter({b"A": 1, b"I": 1, b"T": 1, b"X": 1, b"B": 1, b"S": 1})
+    assert idx.count == 1
+    assert idx.seq_of("a0") is None and idx.article(0) is None and idx.exact_match((0).to_bytes(16, "big")) is None
+    found = idx.lookup([shared, own], [(b"S\x00" + _u64(0), 0, 0)], 256)
+    assert found.lsh == {1} and found.buckets[1] is None and found.simhash == {1}
+    assert idx.oldest(100.0, 10) == [1]
+    idx.close()
+
+
+def test_delete_keeps_keys_now_owned_by_another_article(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    add(idx, 0, article_id="same", exact=b"E" * 16)
+    old = idx.article(0)
+    add(idx, 1, article_id="same", exact=b"E" * 16)  # id and exact hash now point to seq 1
+    idx.delete(old, [], [])
+    assert idx.seq_of("same") == 1 and idx.exact_match(b"E" * 16) == 1
+    idx.close()
+
+
+def test_oldest_in_first_seen_order(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    times = [50.0, 10.0, 30.5, 10.0, 99.999]
+    for n, t in enumerate(times):
+        add(idx, n, first_seen=t)
+    assert idx.oldest(31.0, 100) == [1, 3, 2]
+    assert idx.oldest(31.0, 2) == [1, 3]
+    assert idx.oldest(10.0, 100) == []           # strictly before
+    assert idx.oldest(1e9, 100) == [1, 3, 2, 0, 4]
+    idx.close()
+
+
+def test_checkpoints(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    assert idx.checkpoint("sig") is None
+    add(idx, 0, checkpoint=("sig", 41))
+    assert idx.checkpoint("sig") == 41
+    idx.set_checkpoint("sig", 2**40)
+    idx.set_checkpoint("other", 0)
+    assert idx.checkpoint("sig") == 2**40 and idx.checkpoint("other") == 0
+    idx.close()
+    idx = open_index(tmp_path)
+    assert idx.checkpoint("sig") == 2**40
+    idx.close()
+
+
+def test_state_survives_reopen(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    for n in range(3):
+        add(idx, n, band_keys=[b"\x00\x00k"])
+    idx.delete(idx.article(1), [b"\x00\x00k"], [])
+    idx.close()
+    idx = open_index(tmp_path)
+    assert idx.count == 2 and idx.next_seq == 3
+    assert add(idx, 3) == 3
+    assert idx.lookup([b"\x00\x00k"], [], 256).lsh == {0, 2}
+    assert idx.article(2).decision == {"n": 2}
+    idx.close()
+
+
+def test_settings_mismatch_is_refused_and_releases_the_db(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    add(idx, 0)
+    idx.close()
+    with pytest.raises(ValueError, match="different settings"):
+        open_index(tmp_path, settings={**SETTINGS, "num_perm": 16})
+    idx = open_index(tmp_path)  # the failed open closed the database again
+    assert idx.count == 1
+    idx.close()
+
+
+def test_non_durable_writes_and_disk_bytes(tmp_path: Path) -> None:
+    idx = open_index(tmp_path, durable_writes=False)
+    for n in range(20):
+        add(idx, n)
+    idx.flush()
+    assert idx.disk_bytes() > 0
+    idx.close()
+    idx = open_index(tmp_path)
+    assert idx.count == 20
+    idx.close()
