@@ -65,6 +65,7 @@ Entry points: :func:`run_worker` (``stream-dedup worker`` and ``python -m stream
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 
@@ -84,6 +85,15 @@ def _setup_logging(level: str) -> None:
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         root.addHandler(handler)
     root.setLevel(level.upper())
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when it is installed (less event-loop overhead per Kafka message), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
@@ -111,12 +121,17 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
         return 1
     log.info("topics: %s", partitions)
 
-    loop = asyncio.new_event_loop()
+    loop = _new_event_loop()
     asyncio.set_event_loop(loop)
     worker = DedupWorker(service, engine)
     http = HealthServer(worker.metrics.registry, service.metrics_host, int(service.metrics_port),
                         liveness=worker.liveness, readiness=worker.readiness)
     code = 0
+    # Faust allocates several objects per message: move the start-up heap out of the GC's
+    # way and collect the young generation less often (measured: fewer pauses, more articles/s)
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
     try:
         loop.run_until_complete(http.start())
         fw = faust.Worker(worker.app, loop=loop, loglevel=service.log_level.upper(), quiet=True,
@@ -127,7 +142,7 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
         try:
-            worker.dedup.close()
+            worker.close()
         except Exception:  # noqa: BLE001
             log.exception("closing the index failed")
     if worker.fatal is not None or worker.app.crash_reason is not None:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,27 +32,82 @@ from faust.types import TP
 from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
 
-from . import catchup, kafka_config
-from .serialization import (
-    SignatureDecodeError,
-    SignatureRecord,
-    dlq_headers,
-    encode_json,
-    output_event,
-)
+from . import catchup, kafka_config, stage1
+from .serialization import SignatureDecodeError, SignatureRecord, dlq_headers, encode_json, output_event
 
 log = logging.getLogger("stream_dedup.service")
 
 #: seconds between retention evictions and between lag/index gauge updates
 EVICT_INTERVAL = 60.0
 GAUGE_INTERVAL = 5.0
+#: longest a consumer fetch may wait on the broker for data (see _patch_fetch_max_wait)
+FETCH_MAX_WAIT_MS = 20
+#: stage-1 batches being fingerprinted or sent at the same time
+STAGE1_PIPELINE = 3
 #: DLQ reasons produced by the worker itself (besides stream_dedup.record.REJECT_REASONS)
-FINGERPRINT_ERROR = "fingerprint_error"
+FINGERPRINT_ERROR = stage1.FINGERPRINT_ERROR
 INVALID_SIGNATURE = "invalid_signature"
+
+
+def _patch_fetch_max_wait() -> None:
+    """Faust hard-codes ``fetch_max_wait_ms=1500`` for its aiokafka consumer.
+
+    aiokafka does not re-fetch a partition while records of it are still buffered, so when
+    the signatures partition is drained while a fetch for the (idle) input partitions is
+    parked on the broker, the decision stage stalls for up to that long.  Measured: stalls of
+    0.5-1.5 s with no output at all.  We cap it at :data:`FETCH_MAX_WAIT_MS`.
+    """
+    from faust.transport.drivers import aiokafka as driver
+
+    cls = driver.AIOKafkaConsumerThread
+    if getattr(cls, "_stream_dedup_patched", False):
+        return
+    original = cls._create_worker_consumer
+
+    def _create_worker_consumer(self: Any, transport: Any) -> Any:
+        consumer = original(self, transport)
+        consumer._fetch_max_wait_ms = min(consumer._fetch_max_wait_ms, FETCH_MAX_WAIT_MS)
+        return consumer
+
+    cls._create_worker_consumer = _create_worker_consumer
+    cls._stream_dedup_patched = True
+
+
+def _lean_monitor_class() -> type:
+    """Faust's Monitor without its per-message bookkeeping (we export our own metrics).
+
+    The default Monitor keeps per-event statistics (timestamps, deques, counters per topic)
+    on every message in and out; on this workload that is a measurable share of the event
+    loop.  Rebalance/commit/assignment hooks are kept.
+    """
+    from faust.sensors.monitor import Monitor
+
+    class _LeanMonitor(Monitor):
+        def on_message_in(self, tp: Any, offset: int, message: Any) -> None:
+            return None
+
+        def on_stream_event_in(self, tp: Any, offset: int, stream: Any, event: Any) -> None:
+            return None
+
+        def on_stream_event_out(self, tp: Any, offset: int, stream: Any, event: Any, state: Any = None) -> None:
+            return None
+
+        def on_message_out(self, tp: Any, offset: int, message: Any) -> None:
+            return None
+
+        def on_send_initiated(self, producer: Any, topic: str, message: Any, keysize: int,
+                              valsize: int) -> Any:
+            return None
+
+        def on_send_completed(self, producer: Any, state: Any, metadata: Any) -> None:
+            return None
+
+    return _LeanMonitor
 
 
 def make_faust_app(service: ServiceConfig) -> faust.App:
     """The Faust app with the worker's settings (no agents yet)."""
+    _patch_fetch_max_wait()
     return faust.App(
         service.app_id,
         broker=kafka_config.faust_broker(service),
@@ -71,16 +128,56 @@ def make_faust_app(service: ServiceConfig) -> faust.App:
         stream_wait_empty=True,
         topic_disable_leader=True,
         topic_allow_declare=False,  # topics are created by ensure_topics() with our partition counts
+        Monitor=_lean_monitor_class(),
     )
+
+
+class _Acker:
+    """Acks a batch's input events once every record produced for it is acknowledged by Kafka.
+
+    Batches are pipelined: the stage goes on with the next batch while the previous ones are
+    in flight (at most ``limit``).  Acks may complete out of order; Faust commits only up to
+    the first offset that is not acked.  A failed send crashes the worker and acks nothing.
+    """
+
+    def __init__(self, worker: DedupWorker, stream: faust.StreamT, name: str, limit: int = 8) -> None:
+        self.worker, self.stream, self.name = worker, stream, name
+        self.slots = asyncio.Semaphore(limit)
+        self.tasks: set[asyncio.Future] = set()
+
+    async def submit(self, events: Sequence[faust.EventT], futures: list[Any], after: Any = None) -> None:
+        await self.slots.acquire()
+        task = asyncio.ensure_future(self._finish(events, futures, after))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _finish(self, events: Sequence[faust.EventT], futures: list[Any], after: Any) -> None:
+        try:
+            if futures:
+                await asyncio.gather(*futures)
+        except asyncio.CancelledError:
+            self.slots.release()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - not acked: redelivered after the restart
+            self.slots.release()
+            await self.worker._crash(self.name, exc)
+            return
+        try:
+            if after is not None:
+                after()
+        except Exception:  # noqa: BLE001 - metrics must never lose an ack
+            log.exception("metrics update failed")
+        for ev in events:
+            await self.stream.ack(ev)
+        self.slots.release()
 
 
 class DedupWorker:
     """One worker process: the Faust app, the engine, the metrics."""
 
     def __init__(self, service: ServiceConfig, engine: EngineConfig, *, metrics: Metrics | None = None,
-                 dedup: Any = None, fingerprinter: Any = None) -> None:
+                 dedup: Any = None) -> None:
         from stream_dedup.engine import Deduplicator
-        from stream_dedup.fingerprint import Fingerprinter
 
         self.service = service
         self.engine_config = engine
@@ -88,7 +185,14 @@ class DedupWorker:
         self.client_conf = kafka_config.confluent_config(service)
         self.state_dir = Path(service.data_dir) / "index"
         self.dedup = dedup if dedup is not None else Deduplicator(engine, self.state_dir)
-        self.fingerprinter = fingerprinter if fingerprinter is not None else Fingerprinter(engine)
+        self.pool: ProcessPoolExecutor | None = None
+        if service.fingerprint_processes > 0:
+            self.pool = ProcessPoolExecutor(max_workers=service.fingerprint_processes,
+                                            mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=stage1.init, initargs=(engine,))
+            self.pool.submit(stage1.compute, []).result()  # start and warm up the processes now
+        else:
+            stage1.init(engine)
         self.engine_lock = asyncio.Lock()
 
         self.last_checkpoint: int | None = self.dedup.checkpoint(catchup.CHECKPOINT_NAME)
@@ -119,57 +223,59 @@ class DedupWorker:
         self._update_index_gauges()
 
     # ------------------------------------------------------------------ stage 1
+    async def _compute(self, items: list[stage1.Item]) -> list[stage1.Result]:
+        if self.pool is None:
+            return stage1.compute(items)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, stage1.compute, items)
+
     async def _stage1(self, stream: faust.StreamT) -> None:
+        """Batches are pipelined: while the pool fingerprints batch k+1, batch k is being sent.
+
+        Each batch is sent only after the previous one was handed to the producer, so the
+        signatures keep the order of the input within a partition.
+        """
         svc = self.service
+        acker = _Acker(self, stream, "stage 1 (signatures)")
+        computing = asyncio.Semaphore(STAGE1_PIPELINE)
+        previous: asyncio.Future | None = None
         async for events in stream.noack_take(svc.batch_size, within=svc.batch_wait):
-            try:
-                await self._stage1_batch(events)
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:  # noqa: BLE001 - a lost send must not be acked
-                await self._crash("stage 1 (signatures)", exc)
+            if self.fatal is not None:
                 return
+            items = []
             for ev in events:
-                await stream.ack(ev)
+                msg = ev.message
+                ts = msg.timestamp
+                items.append((bytes(ev.value or b""), msg.topic, msg.partition, msg.offset,
+                              int(ts * 1000) if ts else int(time.time() * 1000)))
+            await computing.acquire()
+            result = asyncio.ensure_future(self._compute(items))
+            previous = asyncio.ensure_future(self._stage1_send(events, result, previous, acker, computing))
 
-    def _signature_or_reject(self, ev: faust.EventT) -> tuple[str, Any]:
-        """CPU part of stage 1: ``("sig", SignatureRecord)`` or ``("dlq", (reason, detail))``."""
-        from stream_dedup.record import RecordError, parse_record
-
-        msg = ev.message
-        t0 = time.perf_counter()
+    async def _stage1_send(self, events: Sequence[faust.EventT], result: asyncio.Future,
+                           previous: asyncio.Future | None, acker: _Acker, computing: asyncio.Semaphore) -> None:
         try:
-            article = parse_record(ev.value if ev.value is not None else b"", self.engine_config)
-        except RecordError as err:
-            return "dlq", (err.reason, str(err))
-        try:
-            fp = self.fingerprinter.fingerprint(article)
-        except Exception as exc:  # noqa: BLE001 - one poisonous record must not stop the stream
-            log.exception("fingerprinting %r failed", getattr(article, "id", "?"))
-            return "dlq", (FINGERPRINT_ERROR, f"{type(exc).__name__}: {exc}")
-        engine_us = int((time.perf_counter() - t0) * 1e6)
-        ts = msg.timestamp
-        ts_ms = int(ts * 1000) if ts else int(time.time() * 1000)
-        return "sig", SignatureRecord(
-            article_id=article.id, fingerprint=fp.to_bytes(), source_topic=msg.topic,
-            source_partition=msg.partition, source_offset=msg.offset, timestamp_ms=ts_ms,
-            engine_us=engine_us)
+            results = await result
+            if previous is not None:
+                await previous
+            if self.fatal is not None:
+                return
+            futures, rejected = [], []
+            for ev, (kind, a, b) in zip(events, results, strict=True):
+                if kind == "sig":
+                    futures.append(await self.signatures_topic.send(key=a.encode("utf-8"), value=b, partition=0))
+                else:
+                    futures.append(await self._dead_letter(ev, a, b))
+                    rejected.append(a)
+            await acker.submit(events, futures, after=lambda: self._count_rejects(rejected))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a lost send must not be acked
+            await self._crash("stage 1 (signatures)", exc)
+        finally:
+            computing.release()
 
-    async def _stage1_batch(self, events: Sequence[faust.EventT]) -> None:
-        futures = []
-        rejected: list[str] = []
-        for ev in events:
-            kind, payload = self._signature_or_reject(ev)
-            if kind == "sig":
-                futures.append(await self.signatures_topic.send(
-                    key=payload.article_id.encode("utf-8"), value=payload.encode(), partition=0))
-            else:
-                reason, detail = payload
-                futures.append(await self._dead_letter(ev, reason, detail))
-                rejected.append(reason)
-        if futures:
-            await asyncio.gather(*futures)
-        for reason in rejected:
+    def _count_rejects(self, reasons: list[str]) -> None:
+        for reason in reasons:
             self.metrics.dead_letters.labels(reason=reason).inc()
 
     async def _dead_letter(self, ev: faust.EventT, reason: str, detail: str) -> Any:
@@ -185,23 +291,23 @@ class DedupWorker:
     # ------------------------------------------------------------------ stage 2
     async def _stage2(self, stream: faust.StreamT) -> None:
         svc = self.service
+        acker = _Acker(self, stream, "stage 2 (decisions)")
         async for events in stream.noack_take(svc.batch_size, within=svc.batch_wait):
             try:
                 async with self.engine_lock:
                     await self._ensure_caught_up(events[0].message.offset)
-                    await self._stage2_batch(events)
+                    pending = await self._stage2_batch(events)
+                await acker.submit(events, [p[0] for p in pending],
+                                   after=lambda pending=pending: self._observe(pending))
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # noqa: BLE001
                 await self._crash("stage 2 (decisions)", exc)
                 return
-            for ev in events:
-                await stream.ack(ev)
 
-    async def _stage2_batch(self, events: Sequence[faust.EventT]) -> None:
+    async def _stage2_batch(self, events: Sequence[faust.EventT]) -> list[tuple[Any, Any, Any]]:
         from stream_dedup.fingerprint import Fingerprint
 
-        m = self.metrics
         pending = []
         for ev in events:
             offset = ev.message.offset
@@ -221,8 +327,11 @@ class DedupWorker:
             topic = self.duplicates_topic if decision.type == "duplicate-of" else self.new_topic
             fut = await topic.send(key=sig.article_id.encode("utf-8"), value=value)
             pending.append((fut, sig, decision))
-            m.processing_seconds.observe(engine_s)
-        await asyncio.gather(*(p[0] for p in pending))
+            self.metrics.processing_seconds.observe(engine_s)
+        return pending
+
+    def _observe(self, pending: list[tuple[Any, Any, Any]]) -> None:
+        m = self.metrics
         now = time.time()
         for _fut, sig, decision in pending:
             if sig is None:
@@ -369,6 +478,12 @@ class DedupWorker:
         self.fatal = exc
         self.metrics.ready.set(0)
         await self.app.crash(exc)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
+        self.dedup.close()
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         if self.fatal is not None:
