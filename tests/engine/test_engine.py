@@ -338,3 +338,19 @@ def test_quality_on_the_shared_stream(shared_stream, tmp_path: Path) -> None:
     assert set(result["per_kind"]) >= {"republish", "trim", "edit", "update", "html"}
     assert result["precision"] >= 0.99, result["false_positives"][:10]
     assert result["recall"] >= 0.95, result["per_kind"]
+
+
+def test_eviction_sweeps_more_than_one_batch(tmp_path: Path) -> None:
+    """Eviction works in batches of 1000 and leaves no key of an evicted article behind."""
+    with Deduplicator(EngineConfig(num_perm=8, retention=100_000), tmp_path) as d:
+        empty = d.fingerprinter.fingerprint_text("")
+        rng = np.random.default_rng(1)
+        for i in range(1500):
+            fp = Fingerprint(rng.integers(0, 2**32, 8, dtype=np.uint64).astype(np.uint32),
+                             int(rng.integers(0, 2**63)), i.to_bytes(16, "big"), 30)
+            d.decide(f"a{i}", fp if i % 2 else empty, now=1000.0 + i)  # odd ones are indexed
+        assert len(d) == 1500 and d.evicted_total == 0
+        assert d.evict_expired(now=1000.0 + 100_000 + 200.5) == 201      # first seen at 1000 .. 1200
+        assert d.evict_expired(now=1e7) == 1299                          # two batches in one call
+        assert len(d) == 0 and d.evicted_total == 1500
+        assert {bytes(k[:1]) for k in d.index.db.keys()} == {b"M"}
