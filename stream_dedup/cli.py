@@ -23,7 +23,7 @@ from . import __version__
 from .config import EngineConfig, ServiceConfig, add_arguments, load, markdown_table, redacted
 from .engine import Deduplicator, lsh_params
 from .lsh import candidate_probability, optimal_params
-from .record import RecordError, parse_record
+from .record import PROCESSING_ERROR, RecordError, parse_record
 
 log = logging.getLogger("stream_dedup")
 
@@ -124,7 +124,12 @@ def run_dedup(args: argparse.Namespace) -> int:
                 summary.blank += 1
                 continue
             try:
-                decision = dedup.process(parse_record(raw, config))
+                article = parse_record(raw, config)
+                try:
+                    decision = dedup.process(article)
+                except Exception as exc:  # one record must never end the run
+                    log.exception("line %d: processing failed", lineno)
+                    raise RecordError(PROCESSING_ERROR, f"{type(exc).__name__}: {exc}") from exc
             except RecordError as err:
                 summary.rejects[err.reason] += 1
                 if rejects is None:

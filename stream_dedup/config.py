@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 ENV_PREFIX = "STREAM_DEDUP_"
+MAX_SIMHASH_TABLES = 255  # a table number is one byte of the index key
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -90,6 +92,11 @@ class EngineConfig:
             errors.append("lsh_bands * lsh_rows must be <= num_perm")
         if not 0 <= self.simhash_k < self.simhash_blocks <= 64:
             errors.append("need 0 <= simhash_k < simhash_blocks <= 64")
+        elif math.comb(self.simhash_blocks, self.simhash_k) > MAX_SIMHASH_TABLES:
+            errors.append(f"simhash_blocks={self.simhash_blocks}, simhash_k={self.simhash_k} needs "
+                          f"C({self.simhash_blocks},{self.simhash_k}) = "
+                          f"{math.comb(self.simhash_blocks, self.simhash_k)} tables; at most "
+                          f"{MAX_SIMHASH_TABLES} are supported")
         if self.max_text_bytes <= 0:
             errors.append("max_text_bytes must be > 0")
         if errors:

@@ -38,7 +38,8 @@ from .minhash import containment
 from .record import Article
 from .simhash import PermutedTables, hamming
 
-MAX_PER_BUCKET = 256          # entries scanned per LSH bucket / SimHash table probe
+MAX_PER_BUCKET = 256          # members kept per LSH bucket (the newest)
+MAX_VERIFY = 1024             # candidates verified per article (SimHash hits first, then LSH; oldest first)
 EVICT_EVERY_SECONDS = 60.0    # how often decide() runs the retention sweep
 METHODS = ("exact", "minhash", "containment", "simhash")
 
@@ -125,6 +126,7 @@ class Deduplicator:
         """
         if fp.minhash.shape[0] != self.config.num_perm:
             raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {self.config.num_perm}")
+        c = self.config
         now = time.time() if now is None else now
         self._maybe_evict(now)
         seq = self.index.seq_of(article_id)
@@ -150,9 +152,12 @@ class Deduplicator:
                 band_keys = self.banding.keys(fp.minhash)
                 probes = [(b"S" + bytes((t,)) + _u64(p & self.tables.key_masks[t]), p, self.tables.key_masks[t])
                           for t, p in enumerate(permuted)]
-                found = self.index.lookup(band_keys, probes, MAX_PER_BUCKET)
-                buckets = found.buckets
-                found = found.lsh | found.simhash
+                lookup = self.index.lookup(band_keys, probes, c.simhash_k)
+                buckets = lookup.buckets
+                found = lookup.simhash | lookup.lsh
+                if len(found) > MAX_VERIFY:  # a flood of near-copies: verify a bounded subset
+                    found = set(sorted(lookup.simhash)[:MAX_VERIFY // 2])
+                    found |= set(sorted(lookup.lsh - found)[: MAX_VERIFY - len(found)])
             else:
                 found = set()
             decision = self._verify(article_id, fp, sorted(found))

@@ -10,6 +10,8 @@ Built on the standard library's tolerant ``html.parser`` (bad markup never raise
 
 from __future__ import annotations
 
+import html as _html
+import re
 from html.parser import HTMLParser
 
 _SKIP = frozenset({"script", "style", "nav", "header", "footer", "aside", "form", "noscript",
@@ -67,11 +69,36 @@ class _Extractor(HTMLParser):
             self.content_parts.append(text)
 
 
-def html_to_text(html: str) -> str:
-    """The readable text of ``html`` (see module docstring); whitespace is collapsed per line."""
-    parser = _Extractor()
-    parser.feed(html)
-    parser.close()
-    parts = parser.content_parts if parser.saw_content and parser.content_parts else parser.all_parts
-    lines = (" ".join(line.split()) for line in "".join(parts).split("\n"))
+_SKIP_BLOCKS = re.compile(r"<(script|style|nav|header|footer|aside|form|noscript|template|svg|iframe|head)\b"
+                          r".*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+_BLOCK_TAG = re.compile(r"</?(?:p|div|br|li|h[1-6]|tr|section|article|main|blockquote|pre|ul|ol|table)\b[^>]*>",
+                        re.IGNORECASE)
+
+
+def _strip_tags(html: str) -> str:
+    """Fallback for markup the standard parser gives up on: drop skipped blocks and tags."""
+    text = _SKIP_BLOCKS.sub(" ", html)
+    text = _BLOCK_TAG.sub("\n", text)
+    return _html.unescape(_TAG.sub(" ", text))
+
+
+def _collapse(text: str) -> str:
+    lines = (" ".join(line.split()) for line in text.split("\n"))
     return "\n".join(line for line in lines if line)
+
+
+def html_to_text(html: str) -> str:
+    """The readable text of ``html`` (see module docstring); whitespace is collapsed per line.
+
+    Never raises: markup that the standard parser rejects falls back to a regex tag stripper.
+    """
+    parser = _Extractor()
+    try:
+        parser.feed(html)
+        parser.close()
+    except (AssertionError, ValueError, IndexError):
+        return _collapse(_strip_tags(html))
+    content = "".join(parser.content_parts)
+    text = content if parser.saw_content and content.strip() else "".join(parser.all_parts)
+    return _collapse(text)

@@ -156,11 +156,13 @@ class Index:
         return [_unpack_record(s, v, self.num_perm) for s, v in zip(seqs, values, strict=True) if v is not None]
 
     def lookup(self, band_keys: list[bytes], table_probes: list[tuple[bytes, int, int]],
-               max_per_probe: int) -> Lookup:
-        """Members of the signature's LSH buckets, and seqs found in the permuted SimHash tables.
+               max_distance: int = 64) -> Lookup:
+        """Members of the signature's LSH buckets, and every SimHash within ``max_distance`` bits.
 
-        ``table_probes`` holds per table ``(seek key, permuted query, key mask)``; an entry
-        matches while its permuted fingerprint agrees with the query on the masked key bits.
+        ``table_probes`` holds per table ``(seek key, permuted query, key mask)``. A probe scans
+        the whole key range (entries agreeing with the query on the masked key bits), with no cap,
+        so no fingerprint within ``max_distance`` of the query is ever missed; entries farther
+        away are dropped during the scan (Hamming distance is the same on permuted values).
         """
         buckets = self.db.get([b"B" + bk for bk in band_keys]) if band_keys else []
         members = b"".join(v for v in buckets if v)
@@ -172,13 +174,15 @@ class Index:
                 prefix = seek[:2]
                 want = query & mask
                 it.seek(seek)
-                n = 0
-                while it.valid() and n < max_per_probe:
+                while it.valid():
                     key = it.key()
-                    if not key.startswith(prefix) or (_U64.unpack_from(key, 2)[0] & mask) != want:
+                    if not key.startswith(prefix):
                         break
-                    sim.add(_U64.unpack_from(key, 10)[0])
-                    n += 1
+                    permuted = _U64.unpack_from(key, 2)[0]
+                    if permuted & mask != want:
+                        break
+                    if (permuted ^ query).bit_count() <= max_distance:
+                        sim.add(_U64.unpack_from(key, 10)[0])
                     it.next()
             del it
         return Lookup(lsh, sim, buckets)

@@ -177,8 +177,6 @@ def sketch(token_hashes, k, a_lo, a_hi, b):
             v = (hi >> np.uint64(29)) + ((hi & m29) << np.uint64(32)) + (lo & p) + (lo >> np.uint64(61)) + b[j]
             v = (v & p) + (v >> np.uint64(61))
             v = (v & p) + (v >> np.uint64(61))
-            if v >= p:
-                v -= p
-            if v < mins[j]:
-                mins[j] = v
+            v = v - p if v >= p else v       # branch-free forms let LLVM vectorise the j loop
+            mins[j] = min(mins[j], v)
     return distinct, mins, fp

@@ -15,6 +15,8 @@ from .config import EngineConfig
 
 REJECT_REASONS = ("invalid_json", "invalid_utf8", "not_an_object", "missing_id", "missing_text",
                   "wrong_type", "too_large")
+#: adapters' reason for a valid record whose processing raised (the run goes on)
+PROCESSING_ERROR = "processing_error"
 
 _OPTIONAL = ("url", "source", "published")
 
@@ -23,7 +25,7 @@ class RecordError(ValueError):
     """A record that cannot be processed; ``reason`` is one of :data:`REJECT_REASONS`."""
 
     def __init__(self, reason: str, message: str) -> None:
-        assert reason in REJECT_REASONS, reason
+        assert reason in REJECT_REASONS or reason == PROCESSING_ERROR, reason
         super().__init__(message)
         self.reason = reason
 
@@ -37,6 +39,14 @@ class Article:
     url: str | None = None
     source: str | None = None
     published: str | None = None
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _optional_str(obj: dict, key: str) -> str | None:
@@ -58,6 +68,8 @@ def article_from_object(obj: Any, config: EngineConfig) -> Article:
     if isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
         raise RecordError("wrong_type", f"{config.id_field!r} must be a string or integer, not {type(raw_id).__name__}")
     article_id = str(raw_id)
+    if not _is_unicode(article_id):
+        raise RecordError("invalid_utf8", f"{config.id_field!r} contains a lone surrogate (not valid Unicode)")
     is_html = False
     text = obj.get(config.text_field)
     if text is None:

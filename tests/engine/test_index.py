@@ -96,7 +96,9 @@ def test_simhash_probe_is_a_masked_range_scan(tmp_path: Path) -> None:
     query = 0x1234_5555_0000_0000
     probe = (b"S\x00" + _u64(query & mask), query, mask)
     assert idx.lookup([], [probe], 256).simhash == {0, 1}
-    assert idx.lookup([], [probe], 1).simhash == {0}   # max_per_probe bounds the scan
+    # only entries within max_distance bits: value 0 is 9 bits from the query, value 1 is 40
+    assert idx.lookup([], [probe], 9).simhash == {0}
+    assert idx.lookup([], [probe], 8).simhash == set()
     # table 1 holds other values: the same query finds nothing there
     assert idx.lookup([], [(b"S\x01" + _u64(query & mask), query, mask)], 256).simhash == set()
     # the last table (prefix ends the key space) and an empty mask (matches the whole table)
