@@ -1,0 +1,82 @@
+"""Wire formats: signature records, output events, dead-letter headers."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from stream_dedup.service.serialization import (
+    DLQ_HEADERS,
+    MAX_DETAIL,
+    SignatureDecodeError,
+    SignatureRecord,
+    dlq_headers,
+    encode_json,
+    iso_now,
+    output_event,
+    parse_dlq_headers,
+)
+
+
+def sig(**kw) -> SignatureRecord:
+    base = dict(article_id="näws-1 ✓", fingerprint=bytes(range(256)) * 3, source_topic="articles",
+                source_partition=7, source_offset=123456789012, timestamp_ms=1_700_000_000_123, engine_us=4321)
+    base.update(kw)
+    return SignatureRecord(**base)
+
+
+def test_signature_round_trip():
+    s = sig()
+    assert SignatureRecord.decode(s.encode()) == s
+    assert SignatureRecord.decode(memoryview(s.encode())) == s
+    empty = sig(fingerprint=b"", article_id="", engine_us=0)
+    assert SignatureRecord.decode(empty.encode()) == empty
+
+
+def test_signature_with_real_fingerprint():
+    from stream_dedup.config import EngineConfig
+    from stream_dedup.fingerprint import Fingerprint, Fingerprinter
+    from stream_dedup.record import parse_record
+
+    cfg = EngineConfig()
+    fp = Fingerprinter(cfg).fingerprint(parse_record(b'{"id": "a", "text": "one two three four five six"}', cfg))
+    s = sig(fingerprint=fp.to_bytes())
+    back = Fingerprint.from_bytes(SignatureRecord.decode(s.encode()).fingerprint)
+    assert back.simhash == fp.simhash and back.exact == fp.exact and (back.minhash == fp.minhash).all()
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00", b"\xd5\x02" + bytes(40), sig().encode()[:30],
+                                  b"\xd5\x01" + bytes(24) + b"\xff\xff"])
+def test_corrupt_signature_raises(data):
+    with pytest.raises(SignatureDecodeError):
+        SignatureRecord.decode(data)
+
+
+def test_output_event_adds_source_and_processed_at():
+    ev = output_event({"id": "x", "type": "new"}, sig(), 1_700_000_000.5)
+    assert ev["id"] == "x" and ev["type"] == "new"
+    assert ev["source_partition"] == 7 and ev["source_offset"] == 123456789012
+    assert ev["processed_at"] == "2023-11-14T22:13:20.500Z"
+    assert json.loads(encode_json(ev)) == ev
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", iso_now(0.0))
+
+
+def test_dlq_headers_keep_original_headers_and_add_reason_and_source():
+    h = dlq_headers([("trace-id", b"abc"), ("dlq.reason", b"spoofed")], reason="invalid_json",
+                    detail="Expecting value: line 1 column 1", topic="articles", partition=2, offset=41,
+                    timestamp_ms=1234)
+    assert h[0] == ("trace-id", b"abc")
+    assert [k for k, _ in h[1:]] == list(DLQ_HEADERS)
+    parsed = parse_dlq_headers(h)
+    assert parsed == {"dlq.reason": "invalid_json", "dlq.detail": "Expecting value: line 1 column 1",
+                      "dlq.source.topic": "articles", "dlq.source.partition": "2", "dlq.source.offset": "41",
+                      "dlq.source.timestamp": "1234"}
+
+
+def test_dlq_detail_is_truncated_and_timestamp_optional():
+    h = parse_dlq_headers(dlq_headers(None, reason="too_large", detail="x" * 5000, topic="t", partition=0,
+                                      offset=0, timestamp_ms=None))
+    assert len(h["dlq.detail"]) == MAX_DETAIL and h["dlq.detail"].endswith("...")
+    assert h["dlq.source.timestamp"] == ""
