@@ -19,8 +19,8 @@ key                                          value                        what f
 lists its members (at most ``max_bucket`` of them, the newest kept), so all bands of a signature
 are looked up in one multi-get; the article's own write appends to the values just read (the
 index has a single writer). A SimHash probe is a range scan (prefix seek) over big-endian keys. The article record packs first-seen time, SimHash, set size, exact hash, the MinHash
-signature (uint32 BE) and a small JSON with the article id, its cluster root id and the decision
-first returned for it (replayed verbatim when the same id arrives again).
+signature (uint32 BE), the article id and its cluster root id (length-prefixed UTF-8), and the
+decision first returned for it as JSON (replayed verbatim when the same id arrives again).
 
 All writes for one article go in one ``WriteBatch``: a crash leaves an article either fully
 indexed or absent.
@@ -35,12 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import orjson
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 _U64 = struct.Struct(">Q")
 _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
+_LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
-_SCHEMA = 1
+_SCHEMA = 2
 
 
 @dataclass(frozen=True)
@@ -61,14 +63,21 @@ class StoredArticle:
     exact: bytes
     indexed: bool
     minhash: np.ndarray
-    decision: dict
+    decision_json: bytes
+
+    @property
+    def decision(self) -> dict:
+        """The decision first returned for this article (parsed on demand: only replays need it)."""
+        return orjson.loads(self.decision_json)
 
 
 def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes,
                  minhash: np.ndarray, article_id: str, root_id: str, decision: dict) -> bytes:
-    meta = json.dumps({"id": article_id, "root": root_id, "d": decision}, separators=(",", ":")).encode()
-    return (_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact)
-            + minhash.astype(">u4").tobytes() + meta)
+    aid = article_id.encode("utf-8", "surrogatepass")
+    rid = root_id.encode("utf-8", "surrogatepass")
+    return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
+                     minhash.astype(">u4").tobytes(), _LENGTHS.pack(len(aid), len(rid)), aid, rid,
+                     orjson.dumps(decision)))
 
 
 def _unpack_record(seq: int, value: bytes, num_perm: int) -> StoredArticle:
@@ -76,9 +85,13 @@ def _unpack_record(seq: int, value: bytes, num_perm: int) -> StoredArticle:
     start = _RECORD.size
     end = start + 4 * num_perm
     sig = np.frombuffer(value, dtype=">u4", count=num_perm, offset=start).astype(np.uint32)
-    meta = json.loads(value[end:])
-    return StoredArticle(seq, meta["id"], meta["root"], first_seen, simhash, n, exact,
-                         bool(flags & FLAG_INDEXED), sig, meta["d"])
+    id_len, root_len = _LENGTHS.unpack_from(value, end)
+    pos = end + _LENGTHS.size
+    article_id = value[pos:pos + id_len].decode("utf-8", "surrogatepass")
+    pos += id_len
+    root_id = value[pos:pos + root_len].decode("utf-8", "surrogatepass")
+    return StoredArticle(seq, article_id, root_id, first_seen, simhash, n, exact,
+                         bool(flags & FLAG_INDEXED), sig, value[pos + root_len:])
 
 
 def _u64(n: int) -> bytes:

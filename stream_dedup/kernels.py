@@ -172,11 +172,11 @@ def sketch(token_hashes, k, a_lo, a_hi, b):
         distinct += 1
         x = s[i] >> np.uint64(32)
         for j in range(num_perm):
-            lo = a_lo[j] * x
-            hi = a_hi[j] * x
+            # a_lo, a_hi (< 2^29) and x are 32-bit: LLVM uses the cheap 32x32->64 SIMD multiply
+            lo = np.uint64(a_lo[j]) * x
+            hi = np.uint64(a_hi[j]) * x
             v = (hi >> np.uint64(29)) + ((hi & m29) << np.uint64(32)) + (lo & p) + (lo >> np.uint64(61)) + b[j]
-            v = (v & p) + (v >> np.uint64(61))
-            v = (v & p) + (v >> np.uint64(61))
-            v = v - p if v >= p else v       # branch-free forms let LLVM vectorise the j loop
+            v = (v & p) + (v >> np.uint64(61))   # v < 2^63 before, < p + 4 after: one fold suffices
+            v = v - p if v >= p else v           # branch-free forms let LLVM vectorise the j loop
             mins[j] = min(mins[j], v)
     return distinct, mins, fp

@@ -80,15 +80,12 @@ if njit is not None:
         for i in range(x.shape[0]):
             xi = x[i]
             for j in range(k):
-                lo = a_lo[j] * xi
-                hi = a_hi[j] * xi
+                lo = np.uint64(a_lo[j]) * xi
+                hi = np.uint64(a_hi[j]) * xi
                 v = (hi >> s29) + ((hi & m29) << s32) + (lo & p) + (lo >> s61) + b[j]
-                v = (v & p) + (v >> s61)
-                v = (v & p) + (v >> s61)
-                if v >= p:
-                    v -= p
-                if v < out[j]:
-                    out[j] = v
+                v = (v & p) + (v >> s61)  # < p + 4
+                v = v - p if v >= p else v
+                out[j] = min(out[j], v)
         return out
 
 
@@ -99,8 +96,8 @@ class MinHasher:
         self.num_perm = num_perm
         self.seed = seed
         self.a, self.b = permutations(num_perm, seed)
-        self._a_lo = self.a & _M32
-        self._a_hi = self.a >> np.uint64(32)
+        self._a_lo = (self.a & _M32).astype(np.uint32)          # low 32 bits of a
+        self._a_hi = (self.a >> np.uint64(32)).astype(np.uint32)  # high 29 bits of a
         self.use_numba = use_numba and njit is not None
 
     def signature(self, x: np.ndarray) -> np.ndarray:

@@ -8,6 +8,8 @@ file or dead-letter topic with that reason and never stop on it.
 from __future__ import annotations
 
 import json
+
+import orjson
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ REJECT_REASONS = ("invalid_json", "invalid_utf8", "not_an_object", "missing_id",
 PROCESSING_ERROR = "processing_error"
 
 _OPTIONAL = ("url", "source", "published")
+MAX_ID_CHARS = 4096
 
 
 class RecordError(ValueError):
@@ -68,6 +71,8 @@ def article_from_object(obj: Any, config: EngineConfig) -> Article:
     if isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
         raise RecordError("wrong_type", f"{config.id_field!r} must be a string or integer, not {type(raw_id).__name__}")
     article_id = str(raw_id)
+    if len(article_id) > MAX_ID_CHARS:
+        raise RecordError("too_large", f"{config.id_field!r} is {len(article_id)} characters, over {MAX_ID_CHARS}")
     if not _is_unicode(article_id):
         raise RecordError("invalid_utf8", f"{config.id_field!r} contains a lone surrogate (not valid Unicode)")
     is_html = False
@@ -104,9 +109,11 @@ def parse_record(raw: bytes | str, config: EngineConfig) -> Article:
         except UnicodeDecodeError as e:
             raise RecordError("invalid_utf8", f"record is not valid UTF-8: {e}") from None
     try:
-        obj = json.loads(raw)
-    except json.JSONDecodeError as e:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        if "surrogate" in str(e).lower():
+            raise RecordError("invalid_utf8", f"record is not valid Unicode: {e}") from None
         raise RecordError("invalid_json", f"record is not valid JSON: {e}") from None
-    except RecursionError:
-        raise RecordError("invalid_json", "record is nested too deeply") from None
+    if isinstance(obj, dict) and isinstance(obj.get(config.id_field), float):
+        obj = json.loads(raw)  # orjson reads integers beyond 64 bits as floats; keep such ids exact
     return article_from_object(obj, config)
