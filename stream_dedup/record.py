@@ -8,10 +8,10 @@ file or dead-letter topic with that reason and never stop on it.
 from __future__ import annotations
 
 import json
-
-import orjson
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from .config import EngineConfig
 
