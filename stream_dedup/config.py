@@ -55,7 +55,7 @@ class EngineConfig:
     num_perm: int = _opt(128, "MinHash permutations (signature length).")
     shingle_size: int = _opt(4, "Word k-shingle length (k); chosen by bench/quality.py.")
     lsh_threshold: float = _opt(
-        0.4, "Similarity at which LSH banding should start proposing candidates (b, r are tuned for it).")
+        0.3, "Similarity at which LSH banding should start proposing candidates (b, r are tuned for it).")
     lsh_bands: int = _opt(0, "LSH bands b (0 = derive b, r from --lsh-threshold).")
     lsh_rows: int = _opt(0, "LSH rows per band r (0 = derive from --lsh-threshold).")
     jaccard_threshold: float = _opt(0.5, "Estimated Jaccard at or above which a candidate is a duplicate.")

@@ -293,8 +293,9 @@ def test_decision_event_and_replay_form() -> None:
 
 def test_lsh_params_of_config() -> None:
     assert lsh_params(EngineConfig(lsh_bands=10, lsh_rows=3)).bands == 10
-    default = lsh_params(EngineConfig())
-    best = optimal_params(0.4, 128)
+    config = EngineConfig()
+    default = lsh_params(config)
+    best = optimal_params(config.lsh_threshold, config.num_perm)
     assert (default.bands, default.rows) == (best.bands, best.rows)
 
 
