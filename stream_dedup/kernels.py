@@ -133,6 +133,47 @@ def token_hashes_utf8(buf, word, seed):
     return out[:count]
 
 
+@njit(cache=True, inline="always")
+def _minhash_update(x, a_lo, a_hi, b, mins):
+    """mins[j] = min(mins[j], (a_j * x + b_j) mod (2^61 - 1)) for every j, exactly (x < 2^32)."""
+    p = np.uint64((1 << 61) - 1)
+    m29 = np.uint64((1 << 29) - 1)
+    for j in range(mins.shape[0]):
+        # a_lo, a_hi (< 2^29) and x are 32-bit: LLVM uses the cheap 32x32->64 SIMD multiply
+        lo = np.uint64(a_lo[j]) * x
+        hi = np.uint64(a_hi[j]) * x
+        # a*x = hi*2^32 + lo; hi*2^32 = h1*2^61 + h0*2^32 ≡ h1 + h0*2^32 (mod p), lo ≡ (lo & p) + (lo >> 61)
+        v = (hi >> np.uint64(29)) + ((hi & m29) << np.uint64(32)) + (lo & p) + (lo >> np.uint64(61)) + b[j]
+        v = (v & p) + (v >> np.uint64(61))   # v < 2^63 before, < p + 4 after: one fold suffices
+        v = v - p if v >= p else v           # branch-free forms let LLVM vectorise the j loop
+        mins[j] = min(mins[j], v)
+
+
+@njit(cache=True)
+def minhash_signature(xs, a_lo, a_hi, b):
+    """MinHash minima (uint64[num_perm]) over 32-bit values ``xs`` (duplicates are harmless)."""
+    mins = np.full(a_lo.shape[0], np.uint64((1 << 61) - 1), dtype=np.uint64)
+    for i in range(xs.shape[0]):
+        _minhash_update(np.uint64(xs[i]), a_lo, a_hi, b, mins)
+    return mins
+
+
+@njit(cache=True)
+def simhash64(features):
+    """Charikar SimHash of uint64 features, each occurrence weighing 1 (term frequency)."""
+    votes = np.zeros(64, dtype=np.int64)
+    one = np.uint64(1)
+    for i in range(features.shape[0]):
+        f = features[i]
+        for bit in range(64):
+            votes[bit] += np.int64((f >> np.uint64(bit)) & one)
+    fp = np.uint64(0)
+    for bit in range(64):
+        if 2 * votes[bit] > features.shape[0]:
+            fp |= one << np.uint64(bit)
+    return fp
+
+
 @njit(cache=True)
 def sketch(token_hashes, k, a_lo, a_hi, b):
     """(distinct shingle count, MinHash minima uint64[num_perm], SimHash) of a token-hash sequence."""
@@ -151,32 +192,13 @@ def sketch(token_hashes, k, a_lo, a_hi, b):
         for j in range(kk):
             acc = (acc ^ token_hashes[i + j]) * mul
         sh[i] = _fmix(acc ^ np.uint64(kk))
-    # SimHash over all occurrences (term-frequency weights)
-    votes = np.zeros(64, dtype=np.int64)
-    one = np.uint64(1)
-    for i in range(m):
-        f = sh[i]
-        for bit in range(64):
-            votes[bit] += np.int64((f >> np.uint64(bit)) & one)
-    fp = np.uint64(0)
-    for bit in range(64):
-        if 2 * votes[bit] > m:
-            fp |= one << np.uint64(bit)
+    fp = simhash64(sh)
     # distinct shingles, then MinHash over their top 32 bits
     s = np.sort(sh)
-    m29 = np.uint64((1 << 29) - 1)
     distinct = 0
     for i in range(m):
         if i > 0 and s[i] == s[i - 1]:
             continue
         distinct += 1
-        x = s[i] >> np.uint64(32)
-        for j in range(num_perm):
-            # a_lo, a_hi (< 2^29) and x are 32-bit: LLVM uses the cheap 32x32->64 SIMD multiply
-            lo = np.uint64(a_lo[j]) * x
-            hi = np.uint64(a_hi[j]) * x
-            v = (hi >> np.uint64(29)) + ((hi & m29) << np.uint64(32)) + (lo & p) + (lo >> np.uint64(61)) + b[j]
-            v = (v & p) + (v >> np.uint64(61))   # v < 2^63 before, < p + 4 after: one fold suffices
-            v = v - p if v >= p else v           # branch-free forms let LLVM vectorise the j loop
-            mins[j] = min(mins[j], v)
+        _minhash_update(s[i] >> np.uint64(32), a_lo, a_hi, b, mins)
     return distinct, mins, fp

@@ -27,11 +27,6 @@ from __future__ import annotations
 import mmh3
 import numpy as np
 
-try:  # numba is a declared dependency; the numpy path keeps the library importable without it.
-    from numba import njit
-except ImportError:  # pragma: no cover
-    njit = None
-
 MERSENNE_61 = (1 << 61) - 1
 _P = np.uint64(MERSENNE_61)
 _M29 = np.uint64((1 << 29) - 1)
@@ -66,29 +61,6 @@ def signature_numpy(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _mulmod_parts(xs, a & _M32, a >> np.uint64(32), b).min(axis=0)
 
 
-if njit is not None:
-    @njit(cache=True, nogil=True)
-    def _signature_kernel(x, a_lo, a_hi, b, out):  # pragma: no cover - compiled
-        p = np.uint64(MERSENNE_61)
-        m29 = np.uint64((1 << 29) - 1)
-        s29 = np.uint64(29)
-        s32 = np.uint64(32)
-        s61 = np.uint64(61)
-        k = a_lo.shape[0]
-        for j in range(k):
-            out[j] = p
-        for i in range(x.shape[0]):
-            xi = x[i]
-            for j in range(k):
-                lo = np.uint64(a_lo[j]) * xi
-                hi = np.uint64(a_hi[j]) * xi
-                v = (hi >> s29) + ((hi & m29) << s32) + (lo & p) + (lo >> s61) + b[j]
-                v = (v & p) + (v >> s61)  # < p + 4
-                v = v - p if v >= p else v
-                out[j] = min(out[j], v)
-        return out
-
-
 class MinHasher:
     """Computes MinHash signatures for a fixed ``num_perm`` and ``seed``."""
 
@@ -98,13 +70,14 @@ class MinHasher:
         self.a, self.b = permutations(num_perm, seed)
         self._a_lo = (self.a & _M32).astype(np.uint32)          # low 32 bits of a
         self._a_hi = (self.a >> np.uint64(32)).astype(np.uint32)  # high 29 bits of a
-        self.use_numba = use_numba and njit is not None
+        self.use_numba = use_numba
 
     def signature(self, x: np.ndarray) -> np.ndarray:
         """Full 61-bit minima (uint64[num_perm]) over the 32-bit shingle hashes ``x``."""
         x = np.ascontiguousarray(x, dtype=np.uint64)
         if self.use_numba:
-            return _signature_kernel(x, self._a_lo, self._a_hi, self.b, np.empty(self.num_perm, np.uint64))
+            from .kernels import minhash_signature
+            return minhash_signature(x, self._a_lo, self._a_hi, self.b)
         return signature_numpy(x, self.a, self.b)
 
     def signature32(self, x: np.ndarray) -> np.ndarray:

@@ -24,11 +24,6 @@ from math import comb
 
 import numpy as np
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover
-    njit = None
-
 _SHIFTS = np.arange(64, dtype=np.uint64)
 
 
@@ -41,29 +36,11 @@ def simhash_numpy(features: np.ndarray) -> int:
     return int(sum(1 << i for i in range(64) if votes[i] > 0))
 
 
-if njit is not None:
-    @njit(cache=True, nogil=True)
-    def _simhash_kernel(features):  # pragma: no cover - compiled
-        votes = np.zeros(64, np.int64)
-        one = np.uint64(1)
-        for i in range(features.shape[0]):
-            f = features[i]
-            for bit in range(64):
-                votes[bit] += np.int64((f >> np.uint64(bit)) & one)
-        n = features.shape[0]
-        fp = np.uint64(0)
-        for bit in range(64):
-            if 2 * votes[bit] > n:
-                fp |= one << np.uint64(bit)
-        return fp
-
-
 def simhash(features: np.ndarray) -> int:
     """64-bit SimHash of uint64 features (term-frequency weights: repeat a feature to weight it)."""
-    features = np.ascontiguousarray(features, dtype=np.uint64)
-    if njit is None:
-        return simhash_numpy(features)
-    return int(_simhash_kernel(features))
+    from .kernels import simhash64
+
+    return int(simhash64(np.ascontiguousarray(features, dtype=np.uint64)))
 
 
 def hamming(a: int, b: int) -> int:

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stream_dedup.kernels import minhash_signature
 from stream_dedup.minhash import (
     MERSENNE_61,
     MinHasher,
-    _signature_kernel,
     containment,
     jaccard,
     permutations,
@@ -31,8 +31,8 @@ def python_signature(xs: list[int], a: list[int], b: list[int]) -> list[int]:
 
 def kernel_signature(xs: list[int], a: list[int], b: list[int]) -> list[int]:
     av = np.array(a, dtype=np.uint64)
-    out = _signature_kernel(np.array(xs, dtype=np.uint64), av & np.uint64(U32), av >> np.uint64(32),
-                            np.array(b, dtype=np.uint64), np.empty(len(a), np.uint64))
+    out = minhash_signature(np.array(xs, dtype=np.uint64), (av & np.uint64(U32)).astype(np.uint32),
+                            (av >> np.uint64(32)).astype(np.uint32), np.array(b, dtype=np.uint64))
     return [int(v) for v in out]
 
 
