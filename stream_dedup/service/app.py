@@ -33,6 +33,7 @@ from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
 
 from . import catchup, kafka_config, stage1
+from .producer import AsyncProducer, producer_config
 from .serialization import SignatureDecodeError, SignatureRecord, dlq_headers, encode_json, output_event
 
 log = logging.getLogger("stream_dedup.service")
@@ -40,13 +41,17 @@ log = logging.getLogger("stream_dedup.service")
 #: seconds between retention evictions and between lag/index gauge updates
 EVICT_INTERVAL = 60.0
 GAUGE_INTERVAL = 5.0
+#: seconds the producer waits to batch records
+PRODUCER_LINGER = 0.002
 #: longest a consumer fetch may wait on the broker for data (see _patch_fetch_max_wait)
 FETCH_MAX_WAIT_MS = 20
 #: stage-1 batches being fingerprinted or sent at the same time
 STAGE1_PIPELINE = 3
 #: DLQ reasons produced by the worker itself (besides stream_dedup.record.REJECT_REASONS)
-FINGERPRINT_ERROR = stage1.FINGERPRINT_ERROR
-INVALID_SIGNATURE = "invalid_signature"
+PROCESSING_ERROR = stage1.PROCESSING_ERROR
+#: consecutive records whose decision raised before the worker gives up (disk full, corrupt
+#: index, ...): a single poisonous record goes to the DLQ, a broken engine stops the worker
+MAX_CONSECUTIVE_DECIDE_ERRORS = 10
 
 
 def _patch_fetch_max_wait() -> None:
@@ -185,6 +190,7 @@ class DedupWorker:
         self.client_conf = kafka_config.confluent_config(service)
         self.state_dir = Path(service.data_dir) / "index"
         self.dedup = dedup if dedup is not None else Deduplicator(engine, self.state_dir)
+        self.producer = AsyncProducer(producer_config(self.client_conf, PRODUCER_LINGER))
         self.pool: ProcessPoolExecutor | None = None
         if service.fingerprint_processes > 0:
             self.pool = ProcessPoolExecutor(max_workers=service.fingerprint_processes,
@@ -203,15 +209,13 @@ class DedupWorker:
         self.owns_signatures = False
         self.started_at = time.time()
         self.fatal: BaseException | None = None
+        self.decide_errors = 0
         self._lag_labels: set[tuple[str, str]] = set()
 
         self.app = make_faust_app(service)
         app = self.app
         self.input_topic = app.topic(service.input_topic)
         self.signatures_topic = app.topic(service.signatures_topic, partitions=1)
-        self.new_topic = app.topic(service.new_topic)
-        self.duplicates_topic = app.topic(service.duplicates_topic)
-        self.dlq_topic = app.topic(service.dlq_topic)
         self.sig_tp = TP(service.signatures_topic, 0)
 
         app.agent(self.input_topic, name="stream_dedup.stage1_signatures")(self._stage1)
@@ -260,9 +264,10 @@ class DedupWorker:
             if self.fatal is not None:
                 return
             futures, rejected = [], []
+            sig_topic = self.service.signatures_topic
             for ev, (kind, a, b) in zip(events, results, strict=True):
                 if kind == "sig":
-                    futures.append(await self.signatures_topic.send(key=a.encode("utf-8"), value=b, partition=0))
+                    futures.append(await self.producer.send(sig_topic, b, a.encode("utf-8"), partition=0))
                 else:
                     futures.append(await self._dead_letter(ev, a, b))
                     rejected.append(a)
@@ -278,15 +283,21 @@ class DedupWorker:
         for reason in reasons:
             self.metrics.dead_letters.labels(reason=reason).inc()
 
-    async def _dead_letter(self, ev: faust.EventT, reason: str, detail: str) -> Any:
+    async def _dead_letter(self, ev: faust.EventT, reason: str, detail: str,
+                           source: SignatureRecord | None = None) -> Any:
+        """Send the event's record, unchanged, to the DLQ; ``source`` (stage 2) names the input record."""
         msg = ev.message
-        ts = msg.timestamp
-        log.warning("dead letter %s[%d]@%d: %s (%s)", msg.topic, msg.partition, msg.offset, reason, detail[:200])
-        headers = dlq_headers(msg.headers, reason=reason, detail=detail, topic=msg.topic,
-                              partition=msg.partition, offset=msg.offset,
-                              timestamp_ms=int(ts * 1000) if ts else None)
-        return await self.dlq_topic.send(key=msg.key, value=ev.value if ev.value is not None else b"",
-                                         headers=headers)
+        if source is not None:
+            topic, partition, offset, ts_ms = (source.source_topic, source.source_partition, source.source_offset,
+                                               source.timestamp_ms)
+        else:
+            topic, partition, offset = msg.topic, msg.partition, msg.offset
+            ts_ms = int(msg.timestamp * 1000) if msg.timestamp else None
+        log.warning("dead letter %s[%d]@%d: %s (%s)", topic, partition, offset, reason, detail[:200])
+        headers = dlq_headers(msg.headers, reason=reason, detail=detail, topic=topic,
+                              partition=partition, offset=offset, timestamp_ms=ts_ms)
+        return await self.producer.send(self.service.dlq_topic, ev.value if ev.value is not None else b"",
+                                        msg.key, headers=headers)
 
     # ------------------------------------------------------------------ stage 2
     async def _stage2(self, stream: faust.StreamT) -> None:
@@ -315,17 +326,29 @@ class DedupWorker:
                 sig = SignatureRecord.decode(ev.value)
                 fp = Fingerprint.from_bytes(sig.fingerprint)
             except (SignatureDecodeError, ValueError) as exc:
-                pending.append((await self._dead_letter(ev, INVALID_SIGNATURE, str(exc)), None, None))
+                pending.append((await self._dead_letter(ev, PROCESSING_ERROR, f"bad signature record: {exc}"),
+                                None, PROCESSING_ERROR))
                 continue
             t0 = time.perf_counter()
-            decision = self.dedup.decide(sig.article_id, fp, now=sig.timestamp_ms / 1000.0,
-                                         checkpoint=(catchup.CHECKPOINT_NAME, offset))
+            try:
+                decision = self.dedup.decide(sig.article_id, fp, now=sig.timestamp_ms / 1000.0,
+                                             checkpoint=(catchup.CHECKPOINT_NAME, offset))
+            except Exception as exc:  # noqa: BLE001
+                self.decide_errors += 1
+                if self.decide_errors >= MAX_CONSECUTIVE_DECIDE_ERRORS:
+                    raise
+                log.exception("decision for %r failed", sig.article_id)
+                pending.append((await self._dead_letter(
+                    ev, PROCESSING_ERROR, f"decision failed: {type(exc).__name__}: {exc}", source=sig),
+                    None, PROCESSING_ERROR))
+                continue
+            self.decide_errors = 0
             engine_s = time.perf_counter() - t0 + sig.engine_us / 1e6
             if self.last_checkpoint is None or offset > self.last_checkpoint:
                 self.last_checkpoint = offset
             value = encode_json(output_event(decision.to_event(), sig, time.time()))
-            topic = self.duplicates_topic if decision.type == "duplicate-of" else self.new_topic
-            fut = await topic.send(key=sig.article_id.encode("utf-8"), value=value)
+            topic = self.service.duplicates_topic if decision.type == "duplicate-of" else self.service.new_topic
+            fut = await self.producer.send(topic, value, sig.article_id.encode("utf-8"))
             pending.append((fut, sig, decision))
             self.metrics.processing_seconds.observe(engine_s)
         return pending
@@ -335,7 +358,7 @@ class DedupWorker:
         now = time.time()
         for _fut, sig, decision in pending:
             if sig is None:
-                m.dead_letters.labels(reason=INVALID_SIGNATURE).inc()
+                m.dead_letters.labels(reason=decision).inc()
                 continue
             m.end_to_end_seconds.observe(max(0.0, now - sig.timestamp_ms / 1000.0))
             if decision.seen_before:
@@ -480,6 +503,7 @@ class DedupWorker:
         await self.app.crash(exc)
 
     def close(self) -> None:
+        self.producer.close()
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
             self.pool = None

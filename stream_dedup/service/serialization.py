@@ -23,8 +23,10 @@ Dead letter (``dlq_topic``)
     key   = the input record's key, unchanged
     value = the input record's value, byte for byte unchanged
     headers = the input record's headers, followed by
-        ``dlq.reason``            one of ``stream_dedup.record.REJECT_REASONS`` (or
-                                  ``fingerprint_error`` / ``invalid_signature``)
+        ``dlq.reason``            one of ``stream_dedup.record.REJECT_REASONS``, or
+                                  ``processing_error`` (a valid record whose fingerprint or
+                                  decision raised; for a decision the value is the signature
+                                  record and the source headers name the input record)
         ``dlq.detail``            human-readable message (at most 1000 characters)
         ``dlq.source.topic``      input topic
         ``dlq.source.partition``  input partition (decimal)

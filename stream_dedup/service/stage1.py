@@ -18,7 +18,8 @@ from .serialization import SignatureRecord
 
 log = logging.getLogger(__name__)
 
-FINGERPRINT_ERROR = "fingerprint_error"
+#: the adapters' reason for a valid record whose processing raised (``stream_dedup.record.PROCESSING_ERROR``)
+PROCESSING_ERROR = "processing_error"
 
 #: one input record: (value bytes, topic, partition, offset, timestamp_ms)
 Item = tuple[bytes, str, int, int, int]
@@ -73,7 +74,7 @@ def compute(items: list[Item]) -> list[Result]:
             fp = fingerprinter.fingerprint(article)
         except Exception as exc:  # noqa: BLE001 - one poisonous record must not stop the stream
             log.exception("fingerprinting %r failed", article.id)
-            out.append(("dlq", FINGERPRINT_ERROR, f"{type(exc).__name__}: {exc}"))
+            out.append(("dlq", PROCESSING_ERROR, f"{type(exc).__name__}: {exc}"))
             continue
         sig = SignatureRecord(article_id=article.id, fingerprint=fp.to_bytes(), source_topic=topic,
                               source_partition=partition, source_offset=offset, timestamp_ms=ts_ms,
