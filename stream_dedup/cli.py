@@ -221,6 +221,104 @@ def run_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kafka_client(kind: str, service: ServiceConfig, **extra: object):
+    """A confluent-kafka client whose logs go through Python logging, checked to reach the brokers."""
+    import confluent_kafka
+
+    from .service.kafka_config import confluent_config
+
+    conf = confluent_config(service, **extra)
+    conf["logger"] = logging.getLogger("stream_dedup.kafka")
+    client = getattr(confluent_kafka, kind)(conf)
+    try:
+        client.list_topics(timeout=15)
+    except confluent_kafka.KafkaException as err:
+        raise SystemExit(f"stream-dedup: cannot reach Kafka at {service.bootstrap_servers}: {err}") from None
+    return client
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    """Send a JSONL file to a topic, one message per line (bad lines too: they test the DLQ)."""
+    service = load(ServiceConfig, args)
+    topic = args.topic or service.input_topic
+    producer = _kafka_client("Producer", service, **{"linger.ms": 5, "enable.idempotence": True})
+    failures: list[str] = []
+
+    def delivered(err, _msg) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")  # noqa: SIM115
+    sent = 0
+    interval = 1.0 / args.rate if args.rate else 0.0
+    next_at = time.monotonic()
+    with source:
+        for raw in source:
+            raw = raw.rstrip(b"\r\n")
+            if not raw.strip():
+                continue
+            key = None
+            try:
+                key = str(json.loads(raw)[args.key_field]).encode()
+            except (ValueError, KeyError, TypeError, IndexError):
+                pass
+            while True:
+                try:
+                    producer.produce(topic, value=raw, key=key, on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0)
+            sent += 1
+            if args.limit and sent >= args.limit:
+                break
+            if interval:
+                next_at += interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+    producer.flush(60)
+    print(f"produced {sent} messages to {topic}" + (f", {len(failures)} failed: {failures[0]}" if failures else ""),
+          file=sys.stderr)
+    return 1 if failures else 0
+
+
+def run_tail(args: argparse.Namespace) -> int:
+    """Print the messages of the output topics as JSON lines (value parsed when it is JSON)."""
+    import uuid
+
+    service = load(ServiceConfig, args)
+    topics = args.topics or [service.new_topic, service.duplicates_topic, service.dlq_topic]
+    consumer = _kafka_client("Consumer", service, **{
+        "group.id": f"stream-dedup-tail-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+        "auto.offset.reset": "earliest" if args.from_beginning else "latest"})
+    consumer.subscribe(topics)
+    seen = 0
+    idle_since = time.monotonic()
+    try:
+        while not args.max_messages or seen < args.max_messages:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                if args.idle_timeout and time.monotonic() - idle_since > args.idle_timeout:
+                    break
+                continue
+            if msg.error():
+                print(f"stream-dedup tail: {msg.error()}", file=sys.stderr)
+                continue
+            idle_since = time.monotonic()
+            value: object = msg.value()
+            try:
+                value = json.loads(msg.value())
+            except (ValueError, TypeError):
+                value = msg.value().decode("utf-8", "backslashreplace")
+            headers = {k: v.decode("utf-8", "backslashreplace") for k, v in (msg.headers() or [])}
+            print(json.dumps({"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(),
+                              "key": (msg.key() or b"").decode("utf-8", "backslashreplace"),
+                              "headers": headers, "value": value}, ensure_ascii=False), flush=True)
+            seen += 1
+    finally:
+        consumer.close()
+    return 0
+
+
 def run_worker_command(args: argparse.Namespace) -> int:
     from .service import run_worker  # imports faust only when the worker runs
 
@@ -247,6 +345,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(p, ServiceConfig)
     add_arguments(p, EngineConfig)
     p.set_defaults(func=run_worker_command)
+
+    p = sub.add_parser("produce", help="send a JSONL file to a Kafka topic (one message per line)")
+    p.add_argument("input", help="JSONL file, or - for stdin")
+    p.add_argument("--topic", help="topic (default: the input topic)")
+    p.add_argument("--key-field", default="id", help="JSON field used as the message key")
+    p.add_argument("--rate", type=float, default=0.0, help="messages per second (default: as fast as possible)")
+    p.add_argument("--limit", type=int, default=0, help="stop after this many messages")
+    add_arguments(p, ServiceConfig)
+    p.set_defaults(func=run_produce)
+
+    p = sub.add_parser("tail", help="print the events of the output topics (new, duplicates, DLQ)")
+    p.add_argument("topics", nargs="*", help="topics (default: the new, duplicates and DLQ topics)")
+    p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("--max-messages", type=int, default=0)
+    p.add_argument("--idle-timeout", type=float, default=0.0, help="stop after this many seconds without messages")
+    add_arguments(p, ServiceConfig)
+    p.set_defaults(func=run_tail)
 
     p = sub.add_parser("tune", help="choose LSH bands/rows for a threshold, print and plot the S-curve")
     p.add_argument("--threshold", type=float, default=EngineConfig.lsh_threshold)
