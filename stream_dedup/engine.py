@@ -99,6 +99,7 @@ class Deduplicator:
         self.banding = Banding(self.lsh)
         self.tables = PermutedTables(c.simhash_k, c.simhash_blocks)
         settings = {"num_perm": c.num_perm, "seed": c.seed, "shingle_size": c.shingle_size,
+                    "char_shingles": c.char_shingles,
                     "bands": self.lsh.bands, "rows": self.lsh.rows, "simhash_k": c.simhash_k,
                     "simhash_blocks": c.simhash_blocks}
         self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET)

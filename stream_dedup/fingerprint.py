@@ -25,7 +25,7 @@ from .html_text import html_to_text
 from .minhash import MinHasher, signature_numpy
 from .record import Article
 from .simhash import simhash_numpy
-from .text import blank_non_word, has_no_boundary_script, normalize, tokenize
+from .text import blank_non_word, char_tokens, has_no_boundary_script, normalize, tokenize
 
 _WIRE_VERSION = 1
 _HEADER = struct.Struct(">BHQI16s")  # version, num_perm, simhash, n_shingles, exact hash
@@ -74,9 +74,20 @@ class Fingerprinter:
     def plain_text(text: str, is_html: bool = False) -> str:
         return normalize(html_to_text(text) if is_html else text)
 
+    @property
+    def shingle_size(self) -> int:
+        return self.config.char_shingles or self.config.shingle_size
+
     def token_hashes(self, text: str, is_html: bool = False) -> np.ndarray:
-        """64-bit MurmurHash3 of every token (see :func:`stream_dedup.text.tokenize`)."""
+        """64-bit MurmurHash3 of every token (see :func:`stream_dedup.text.tokenize`).
+
+        With ``char_shingles`` set, the tokens are the characters of the normalised text with
+        non-word characters blanked and runs of spaces folded to one, so k-shingles are
+        character k-grams.
+        """
         norm = self.plain_text(text, is_html)
+        if self.config.char_shingles:
+            return self.tokens.hashes(char_tokens(norm))
         if norm.isascii():
             buf = norm.encode("ascii")
         else:
@@ -90,7 +101,7 @@ class Fingerprinter:
     def fingerprint_text(self, text: str, is_html: bool = False) -> Fingerprint:
         th = self.token_hashes(text, is_html)
         m = self.minhasher
-        n, mins, sim = kernels.sketch(th, self.config.shingle_size, m._a_lo, m._a_hi, m.b)
+        n, mins, sim = kernels.sketch(th, self.shingle_size, m._a_lo, m._a_hi, m.b)
         return Fingerprint(minhash=(mins & _M32).astype(np.uint32), simhash=int(sim),
                            exact=exact_hash(th, self.config.seed), n_shingles=int(n))
 
@@ -99,9 +110,10 @@ class Fingerprinter:
 
     def fingerprint_reference(self, text: str, is_html: bool = False) -> Fingerprint:
         """The same fingerprint through the uncompiled reference functions (slow; for tests)."""
-        tokens = tokenize(self.plain_text(text, is_html))
+        norm = self.plain_text(text, is_html)
+        tokens = char_tokens(norm) if self.config.char_shingles else tokenize(norm)
         th = TokenHasher(self.config.seed).hashes(tokens)
-        shingles = shingle_hashes(th, self.config.shingle_size)
+        shingles = shingle_hashes(th, self.shingle_size)
         unique = sorted_unique(shingles)
         mins = signature_numpy(unique >> np.uint64(32), self.minhasher.a, self.minhasher.b)
         return Fingerprint(minhash=(mins & _M32).astype(np.uint32), simhash=simhash_numpy(shingles),

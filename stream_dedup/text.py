@@ -75,3 +75,11 @@ def tokenize(normalized: str) -> list[bytes]:
                 split.append(tok)
         words = split
     return [w.encode("utf-8", "surrogatepass") for w in words]
+
+
+def char_tokens(normalized: str) -> list[bytes]:
+    """Characters as tokens (UTF-8): word characters kept, everything else one space between words."""
+    words = tokenize(normalized) if normalized.isascii() else [w.encode("utf-8", "surrogatepass")
+                                                              for w in _WORD.findall(normalized)]
+    text = b" ".join(words).decode("utf-8", "surrogatepass")
+    return [ch.encode("utf-8", "surrogatepass") for ch in text]

@@ -205,3 +205,34 @@ def test_equality() -> None:
     assert fp != "fingerprint"
     with pytest.raises(TypeError):
         hash(fp)
+
+
+def test_character_shingles_are_character_kgrams() -> None:
+    """--char-shingles k: shingles are the k-grams of the text's word characters joined by single spaces."""
+    from stream_dedup.hashing import TokenHasher, shingle_hashes, sorted_unique
+
+    config = EngineConfig(char_shingles=5)
+    f = Fingerprinter(config)
+    text = "Hello,   World!  Ünïcode — and 日本語 text."
+    fp = f.fingerprint_text(text)
+    assert fp == f.fingerprint_reference(text)
+    normalized = "hello world ünïcode and 日本語 text"
+    grams = {normalized[i:i + 5] for i in range(len(normalized) - 4)}
+    assert fp.n_shingles == len(grams)
+    th = TokenHasher(config.seed).hashes([c.encode() for c in normalized])
+    assert fp.n_shingles == sorted_unique(shingle_hashes(th, 5)).shape[0]
+    # a typo changes few character 5-grams: still far more similar than under word 4-shingles
+    a = "the quick brown fox jumps over the lazy dog near the river bank today"
+    b = a.replace("jumps", "jumped")
+    char_j = np.mean(f.fingerprint_text(a).minhash == f.fingerprint_text(b).minhash)
+    word = Fingerprinter(EngineConfig())
+    word_j = np.mean(word.fingerprint_text(a).minhash == word.fingerprint_text(b).minhash)
+    assert char_j > word_j
+
+
+def test_character_shingles_change_the_index_settings(tmp_path) -> None:
+    from stream_dedup.engine import Deduplicator
+
+    Deduplicator(EngineConfig(), tmp_path).close()
+    with pytest.raises(ValueError, match="different settings"):
+        Deduplicator(EngineConfig(char_shingles=5), tmp_path)
