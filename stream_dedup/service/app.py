@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -191,14 +189,8 @@ class DedupWorker:
         self.state_dir = Path(service.data_dir) / "index"
         self.dedup = dedup if dedup is not None else Deduplicator(engine, self.state_dir)
         self.producer = AsyncProducer(producer_config(self.client_conf, PRODUCER_LINGER))
-        self.pool: ProcessPoolExecutor | None = None
-        if service.fingerprint_processes > 0:
-            self.pool = ProcessPoolExecutor(max_workers=service.fingerprint_processes,
-                                            mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=stage1.init, initargs=(engine,))
-            self.pool.submit(stage1.compute, []).result()  # start and warm up the processes now
-        else:
-            stage1.init(engine)
+        # stage-1 CPU work in child processes, started (and warmed up) now
+        self.pool = stage1.ComputePool(engine, service.fingerprint_processes)
         self.engine_lock = asyncio.Lock()
 
         self.last_checkpoint: int | None = self.dedup.checkpoint(catchup.CHECKPOINT_NAME)
@@ -228,9 +220,7 @@ class DedupWorker:
 
     # ------------------------------------------------------------------ stage 1
     async def _compute(self, items: list[stage1.Item]) -> list[stage1.Result]:
-        if self.pool is None:
-            return stage1.compute(items)
-        return await asyncio.get_running_loop().run_in_executor(self.pool, stage1.compute, items)
+        return await self.pool.compute(items)
 
     async def _stage1(self, stream: faust.StreamT) -> None:
         """Batches are pipelined: while the pool fingerprints batch k+1, batch k is being sent.
@@ -504,9 +494,7 @@ class DedupWorker:
 
     def close(self) -> None:
         self.producer.close()
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = None
+        self.pool.close()
         self.dedup.close()
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:

@@ -1,15 +1,21 @@
 """Stage-1 CPU work (parse + fingerprint), runnable in a separate process.
 
 The event loop of the worker does the Kafka I/O and the decisions; the pure CPU part of stage 1
-runs in a small process pool (``--fingerprint-processes``, default 1) so that a worker uses two
-cores.  The functions here are module-level and take/return plain bytes/tuples so that batches
-cross the process boundary with one pickle each way.
+runs in child processes (``--fingerprint-processes``, default 1) so that a worker uses two
+cores.  :func:`compute` takes and returns plain bytes/tuples so that a batch crosses the process
+boundary with one pickle each way (:class:`ComputePool`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import multiprocessing
+import pickle
+import socket
+import struct
 import time
+from collections import deque
 from typing import Any
 
 from stream_dedup.config import EngineConfig
@@ -81,3 +87,141 @@ def compute(items: list[Item]) -> list[Result]:
                               engine_us=int((time.perf_counter() - t0) * 1e6))
         out.append(("sig", article.id, sig.encode()))
     return out
+
+
+# ---------------------------------------------------------------------- worker processes
+
+_LEN = struct.Struct(">I")
+READY = b"ready"
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _child_main(sock: socket.socket, config: EngineConfig) -> None:
+    """Child process: read length-prefixed pickled batches, answer with the results, in order."""
+    init(config)
+    sock.sendall(_LEN.pack(len(READY)) + READY)
+    while True:
+        head = _recv_exactly(sock, _LEN.size)
+        if head is None:
+            return  # the parent closed the socket (or died)
+        body = _recv_exactly(sock, _LEN.unpack(head)[0])
+        if body is None:
+            return
+        out = pickle.dumps(compute(pickle.loads(body)), protocol=pickle.HIGHEST_PROTOCOL)
+        sock.sendall(_LEN.pack(len(out)) + out)
+
+
+class ComputeProcess:
+    """One child process running :func:`compute`, driven from the event loop over a socketpair.
+
+    No helper threads in the worker (unlike ``ProcessPoolExecutor``, whose feeder and manager
+    threads compete with the event loop for the GIL on every batch): the parent writes a
+    batch with the loop's non-blocking socket I/O and a reader task resolves the futures in
+    FIFO order.  If the child dies, every pending and later call fails (the worker crashes
+    without acking: the records are redelivered after the restart).
+    """
+
+    def __init__(self, config: EngineConfig, start_timeout: float = 180.0) -> None:
+        parent, child = socket.socketpair()
+        ctx = multiprocessing.get_context("spawn")
+        self.proc = ctx.Process(target=_child_main, args=(child, config), name="stream-dedup-fingerprint",
+                                daemon=True)
+        self.proc.start()
+        child.close()
+        parent.settimeout(start_timeout)
+        head = _recv_exactly(parent, _LEN.size)
+        ready = head is not None and _recv_exactly(parent, _LEN.unpack(head)[0])
+        if ready != READY:
+            raise RuntimeError(f"fingerprint process {self.proc.pid} did not start")
+        parent.settimeout(None)
+        parent.setblocking(False)
+        self.sock = parent
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._waiters: deque[asyncio.Future] = deque()
+        self._read_task: asyncio.Task | None = None
+        self._connected: asyncio.Future | None = None
+        self._error: BaseException | None = None
+
+    async def _connect(self) -> None:
+        self._reader, self._writer = await asyncio.open_connection(sock=self.sock, limit=1 << 26)
+        self._read_task = asyncio.ensure_future(self._read_loop())
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                head = await self._reader.readexactly(_LEN.size)
+                body = await self._reader.readexactly(_LEN.unpack(head)[0])
+                fut = self._waiters.popleft()
+                if not fut.done():
+                    fut.set_result(pickle.loads(body))
+        except asyncio.CancelledError:
+            self._fail(RuntimeError("fingerprint process client stopped"))
+            raise
+        except BaseException as exc:  # noqa: BLE001 - EOF: the child died
+            self._fail(RuntimeError(f"fingerprint process {self.proc.pid} failed: {exc!r} "
+                                    f"(exit code {self.proc.exitcode})"))
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = exc
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(exc)
+
+    async def compute(self, items: list[Item]) -> list[Result]:
+        if self._error is not None:
+            raise self._error
+        if self._connected is None:
+            self._connected = asyncio.ensure_future(self._connect())
+        await self._connected
+        assert self._writer is not None
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        data = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
+        self._writer.write(_LEN.pack(len(data)) + data)
+        await self._writer.drain()
+        return await fut
+
+    def close(self) -> None:
+        if self._read_task is not None:
+            self._read_task.cancel()
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+
+
+class ComputePool:
+    """``n`` :class:`ComputeProcess` used round-robin (``n = 0``: compute in the event loop)."""
+
+    def __init__(self, config: EngineConfig, n: int) -> None:
+        self.procs = [ComputeProcess(config) for _ in range(n)]
+        self._next = 0
+        if not self.procs:
+            init(config)
+
+    async def compute(self, items: list[Item]) -> list[Result]:
+        if not self.procs:
+            return compute(items)
+        proc = self.procs[self._next]
+        self._next = (self._next + 1) % len(self.procs)
+        return await proc.compute(items)
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.close()
+        self.procs = []

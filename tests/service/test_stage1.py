@@ -39,3 +39,31 @@ def test_same_text_same_fingerprint_in_signature():
     a = stage1.compute([(json.dumps({"id": "x", "text": TEXT}).encode(), "t", 0, 0, 0)])
     b = stage1.compute([(json.dumps({"id": "y", "text": TEXT}).encode(), "t", 1, 5, 9)])
     assert SignatureRecord.decode(a[0][2]).fingerprint == SignatureRecord.decode(b[0][2]).fingerprint
+
+
+def test_compute_pool_child_process_round_trip_and_failure():
+    import asyncio
+
+    import pytest
+
+    pool = stage1.ComputePool(EngineConfig(), 1)
+    try:
+        async def run():
+            items = [(json.dumps({"id": f"p{i}", "text": TEXT + str(i)}).encode(), "t", 0, i, 0) for i in range(50)]
+            # several batches in flight: answered in order
+            results = await asyncio.gather(*(pool.compute(items[i:i + 10]) for i in range(0, 50, 10)))
+            flat = [r for batch in results for r in batch]
+            assert [r[1] for r in flat] == [f"p{i}" for i in range(50)]
+            def strip(rs):  # the same signatures as in-process, but for the measured engine time
+                return [(k, a, SignatureRecord.decode(b).fingerprint) for k, a, b in rs]
+
+            assert strip(flat) == strip(stage1.compute(items))
+            # the child dies: calls fail instead of hanging
+            pool.procs[0].proc.kill()
+            with pytest.raises(RuntimeError):
+                await asyncio.wait_for(pool.compute(items[:1]), 10)
+
+        stage1.init(EngineConfig())
+        asyncio.run(run())
+    finally:
+        pool.close()
