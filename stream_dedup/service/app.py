@@ -345,6 +345,7 @@ class DedupWorker:
 
     def _observe(self, pending: list[tuple[Any, Any, Any]]) -> None:
         m = self.metrics
+        m.index_articles.set(len(self.dedup))  # cheap; the disk size is updated by the timer
         now = time.time()
         for _fut, sig, decision in pending:
             if sig is None:

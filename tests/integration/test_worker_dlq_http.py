@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -76,6 +77,19 @@ def test_bad_input_goes_to_dlq_and_metrics_and_health(kio, kafka_topics, worker_
     assert kio.metric_value(text, "stream_dedup_articles_total", {"result": "new"}) >= 1
     assert kio.metric_value(text, "stream_dedup_processing_seconds_count") == n_good
     assert kio.metric_value(text, "stream_dedup_ready") == 1.0
+    assert kio.metric_value(text, "stream_dedup_index_articles") == n_good
+    # consumer lag per partition (a periodic gauge): present, and 0 once everything is processed
+    deadline = time.monotonic() + 30
+    while True:
+        text = kio.http_get(w.url + "/metrics")[1]
+        lags = {(t.input, "0"): None, (t.input, "1"): None, (t.signatures, "0"): None}
+        for topic, part in lags:
+            lags[topic, part] = kio.metric_value(text, "stream_dedup_consumer_lag_messages",
+                                                 {"topic": topic, "partition": part})
+        if all(v == 0 for v in lags.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert all(v == 0 for v in lags.values()), lags
     status, body = kio.http_get(w.url + "/healthz")
     assert status == 200 and json.loads(body)["status"] == "ok"
     status, body = kio.http_get(w.url + "/readyz")
