@@ -10,7 +10,11 @@
    timestamp - first input record's timestamp); produce->output latency per record = output
    event timestamp - input record timestamp (both CreateTime on this machine);
 3. latency at half rate: the next records of the stream are produced by a rate-limited
-   producer at half the measured worker rate; p50/p99/max latency.
+   producer at half the measured worker rate; p50/p99/max latency;
+4. decision stage alone: the N records' signature records are computed here and written
+   straight to the signatures topic of a fresh worker, whose input topic stays empty -> the
+   articles/s of stage 2 by itself, i.e. the ceiling of the whole service however many
+   workers run stage 1 (rate = N / spread of the output events' timestamps).
 
 Figures only (no asserts).  Uses ``$KAFKA_BOOTSTRAP_SERVERS`` or starts the test broker with
 ``scripts/kafka.sh start`` (and stops it afterwards).
@@ -173,6 +177,42 @@ def collect(bootstrap: str, topics: list[str], want: set[str], timeout: float) -
     return got
 
 
+def decision_stage_rate(bootstrap: str, admin, lines: list[bytes], extra: list[str]) -> float:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    from stream_dedup.config import EngineConfig
+    from stream_dedup.service import stage1
+
+    stage1.init(EngineConfig())
+    results = stage1.compute([(line, "bench", 0, i, int(time.time() * 1000)) for i, line in enumerate(lines)])
+    sigs = [(aid, value) for kind, aid, value in results if kind == "sig"]
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    for fut in admin.create_topics([NewTopic(f"{prefix}.articles", 1, 1), NewTopic(f"{prefix}.sig", 1, 1)]).values():
+        fut.result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for aid, value in sigs:
+        p.produce(f"{prefix}.sig", key=aid.encode(), value=value, partition=0)
+        p.poll(0)
+    p.flush(60)
+    data_dir = tempfile.mkdtemp(prefix="bench-decide-")
+    worker = Worker(bootstrap, prefix, data_dir, extra)
+    try:
+        worker.wait_ready()
+        got = collect(bootstrap, [f"{prefix}.new", f"{prefix}.dup"], {a for a, _ in sigs}, timeout=600)
+    finally:
+        worker.stop()
+        for fut in admin.delete_topics([f"{prefix}.{s}" for s in ("articles", "new", "dup", "dlq", "sig")],
+                                       operation_timeout=30).values():
+            try:
+                fut.result(30)
+            except Exception:  # noqa: BLE001
+                pass
+        shutil.rmtree(data_dir, ignore_errors=True)
+    ts = sorted(got.values())
+    return (len(ts) - 1) / max(1e-3, (ts[-1] - ts[0]) / 1000)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2000)
@@ -182,7 +222,9 @@ def main() -> int:
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--worker-arg", action="append", default=[], help="extra worker flag (repeatable)")
+    ap.add_argument("--skip-decision-stage", action="store_true", help="skip measurement 4")
     args = ap.parse_args()
+    decide_rate = float("nan")
 
     if not args.data.exists():
         sys.exit(f"{args.data} not found (the shared news stream)")
@@ -226,6 +268,9 @@ def main() -> int:
         got2 = collect(bootstrap, out_topics, set(sent2), timeout=600)
         lat = [(got2[k] - sent2[k]) / 1000 for k in sent2 if k in got2]
         missing2 = set(sent2) - got2.keys()
+        if not args.skip_decision_stage:
+            print("decision stage alone: signatures written directly, fresh worker ...", flush=True)
+            decide_rate = decision_stage_rate(bootstrap, admin, lines, args.worker_arg)
     finally:
         worker.stop()
         for fut in admin.delete_topics([f"{prefix}.{s}" for s in ("articles", "new", "dup", "dlq", "sig")],
@@ -251,6 +296,7 @@ def main() -> int:
     print(f"{f'half rate ({rate:.0f}/s) latency p50 (ms)':<46} {percentile(lat, 50) * 1000:>12.1f}")
     print(f"{f'half rate ({rate:.0f}/s) latency p99 (ms)':<46} {percentile(lat, 99) * 1000:>12.1f}")
     print(f"{f'half rate ({rate:.0f}/s) latency max (ms)':<46} {max(lat) * 1000 if lat else float('nan'):>12.1f}")
+    print(f"{'decision stage alone (stage 2), articles/s':<46} {decide_rate:>12.0f}")
     print(f"{'records without output event':<46} {len(missing) + len(missing2):>12d}")
     print()
     print(f"targets (issue 3): worker >= 60% of embedded: {'met' if ratio >= 0.6 else 'NOT met'} ({ratio:.0%}); "
