@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             decisions[rec["id"]] = dedup.process(article_from_object(rec, config)).to_event()
     elapsed = time.perf_counter() - t0
     s = score(records, truth, decisions)
-    print(f"config: shingle_size={config.shingle_size} num_perm={config.num_perm} lsh_threshold={config.lsh_threshold} "
+    print(f"config: shingle_size={config.shingle_size} char_shingles={config.char_shingles} num_perm={config.num_perm} lsh_threshold={config.lsh_threshold} "
           f"jaccard>={config.jaccard_threshold} containment>={config.containment_threshold} simhash_k={config.simhash_k}")
     print(f"records {len(records)}  ({len(records) / elapsed:.0f} records/s)")
     print(f"precision {s['precision']:.4f}  recall {s['recall']:.4f}  "
