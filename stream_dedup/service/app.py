@@ -199,6 +199,7 @@ class DedupWorker:
         self._catchup_task: asyncio.Task | None = None
         self._catchup_stop = False
         self.owns_signatures = False
+        self.first_assignment = False  # set by the first rebalance, even one that assigns nothing
         self.started_at = time.time()
         self.fatal: BaseException | None = None
         self.decide_errors = 0
@@ -421,7 +422,9 @@ class DedupWorker:
     async def _on_assigned(self, app: Any = None, assigned: Any = None, **kwargs: Any) -> None:
         assigned = set(assigned or ())
         owns = self.sig_tp in assigned
-        log.info("assigned %d partitions%s", len(assigned), " (incl. signatures-0: decision stage)" if owns else "")
+        self.first_assignment = True
+        log.info("assigned %d partitions%s", len(assigned), " (incl. signatures-0: decision stage)" if owns else
+                 ("" if assigned else ": standby (more workers than partitions)"))
         if owns and not self.owns_signatures:
             self.caught_up.clear()
             self._catchup_task = asyncio.ensure_future(self._catch_up_on_assign())
@@ -518,8 +521,10 @@ class DedupWorker:
             assigned = app.consumer.assignment() if reasons == [] or "rebalancing" in reasons else set()
         except Exception:  # noqa: BLE001 - consumer not created yet
             assigned = set()
-        if not assigned and "app not started" not in reasons:
-            reasons.append("no partitions assigned")
+        # A member whose rebalance assigned nothing (more replicas than partitions) is a ready
+        # standby: keeping it unready would block StatefulSet rolling updates forever.
+        if not self.first_assignment and "app not started" not in reasons:
+            reasons.append("waiting for the first partition assignment")
         if not self.caught_up.is_set():
             reasons.append("index catching up")
         ok = not reasons
@@ -528,5 +533,6 @@ class DedupWorker:
             "reasons": reasons,
             "assigned_partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in assigned),
             "decision_stage": self.owns_signatures,
+            "standby": ok and not assigned,
             "index_checkpoint": self.last_checkpoint,
         }
