@@ -177,6 +177,17 @@ def collect(bootstrap: str, topics: list[str], want: set[str], timeout: float) -
     return got
 
 
+def _cleanup(admin, prefix: str, data_dir: str) -> None:
+    """Delete a run's topics and the worker's data dir (best effort)."""
+    for fut in admin.delete_topics([f"{prefix}.{s}" for s in ("articles", "new", "dup", "dlq", "sig")],
+                                   operation_timeout=30).values():
+        try:
+            fut.result(30)
+        except Exception:  # noqa: BLE001
+            pass
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def decision_stage_rate(bootstrap: str, admin, lines: list[bytes], extra: list[str]) -> float:
     from confluent_kafka import Producer
     from confluent_kafka.admin import NewTopic
@@ -202,13 +213,7 @@ def decision_stage_rate(bootstrap: str, admin, lines: list[bytes], extra: list[s
         got = collect(bootstrap, [f"{prefix}.new", f"{prefix}.dup"], {a for a, _ in sigs}, timeout=600)
     finally:
         worker.stop()
-        for fut in admin.delete_topics([f"{prefix}.{s}" for s in ("articles", "new", "dup", "dlq", "sig")],
-                                       operation_timeout=30).values():
-            try:
-                fut.result(30)
-            except Exception:  # noqa: BLE001
-                pass
-        shutil.rmtree(data_dir, ignore_errors=True)
+        _cleanup(admin, prefix, data_dir)
     ts = sorted(got.values())
     return (len(ts) - 1) / max(1e-3, (ts[-1] - ts[0]) / 1000)
 
@@ -273,13 +278,7 @@ def main() -> int:
             decide_rate = decision_stage_rate(bootstrap, admin, lines, args.worker_arg)
     finally:
         worker.stop()
-        for fut in admin.delete_topics([f"{prefix}.{s}" for s in ("articles", "new", "dup", "dlq", "sig")],
-                                       operation_timeout=30).values():
-            try:
-                fut.result(30)
-            except Exception:  # noqa: BLE001
-                pass
-        shutil.rmtree(data_dir, ignore_errors=True)
+        _cleanup(admin, prefix, data_dir)
         if started:
             subprocess.run(["bash", str(REPO / "scripts" / "kafka.sh"), "stop"], capture_output=True)
 
