@@ -24,6 +24,7 @@ the original), except exact duplicates, which add nothing the index does not alr
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,11 +113,11 @@ class Deduplicator:
 
     def process(self, article: Article, now: float | None = None,
                 checkpoint: tuple[str, int] | None = None) -> Decision:
-        """Fingerprint ``article`` and decide on it (the embedded, single-process path)."""
-        seq = self.index.seq_of(article.id)
-        if seq is not None:  # skip the fingerprint work for a redelivered id
-            return self._replay(seq, checkpoint)
-        return self.decide(article.id, self.fingerprint(article), now, checkpoint)
+        """Fingerprint ``article`` and decide on it (the embedded, single-process path).
+
+        A redelivered id is answered from the index without fingerprinting the text again.
+        """
+        return self._decide(article.id, lambda: self.fingerprint(article), now, checkpoint)
 
     def decide(self, article_id: str, fp: Fingerprint, now: float | None = None,
                checkpoint: tuple[str, int] | None = None) -> Decision:
@@ -125,14 +126,20 @@ class Deduplicator:
         ``checkpoint=(name, offset)`` is stored atomically with the article (see
         :meth:`checkpoint`), so a consumer can tell which input it has applied.
         """
-        if fp.minhash.shape[0] != self.config.num_perm:
-            raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {self.config.num_perm}")
+        return self._decide(article_id, lambda: fp, now, checkpoint)
+
+    def _decide(self, article_id: str, fingerprint: Callable[[], Fingerprint], now: float | None,
+                checkpoint: tuple[str, int] | None) -> Decision:
+        """Evict, replay a known id (one index read), else fingerprint, decide and index."""
         c = self.config
         now = time.time() if now is None else now
         self._maybe_evict(now)
         seq = self.index.seq_of(article_id)
         if seq is not None:
             return self._replay(seq, checkpoint)
+        fp = fingerprint()
+        if fp.minhash.shape[0] != c.num_perm:
+            raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {c.num_perm}")
 
         band_keys: list[bytes] = []
         buckets: list[bytes | None] = []
@@ -148,7 +155,7 @@ class Deduplicator:
             root_id = exact_hit.root_id
         else:
             permuted = self.tables.permute_all(fp.simhash) if has_shingles else []
-            table_keys = [bytes((t,)) + _u64(p) for t, p in enumerate(permuted)]
+            table_keys = self._table_keys(permuted)
             if has_shingles:
                 band_keys = self.banding.keys(fp.minhash)
                 probes = [(b"S" + bytes((t,)) + _u64(p & self.tables.key_masks[t]), p, self.tables.key_masks[t])
@@ -230,9 +237,13 @@ class Deduplicator:
 
     def _delete(self, art: StoredArticle) -> None:
         band_keys = self.banding.keys(art.minhash) if art.indexed else []
-        table_keys = ([bytes((t,)) + _u64(p) for t, p in enumerate(self.tables.permute_all(art.simhash))]
-                      if art.indexed else [])
+        table_keys = self._table_keys(self.tables.permute_all(art.simhash)) if art.indexed else []
         self.index.delete(art, band_keys, table_keys)
+
+    @staticmethod
+    def _table_keys(permuted: list[int]) -> list[bytes]:
+        """The SimHash table entries' key bodies: table number (1 byte) + permuted fingerprint (BE)."""
+        return [bytes((t,)) + _u64(p) for t, p in enumerate(permuted)]
 
     def _verify(self, article_id: str, fp: Fingerprint, seqs: list[int]) -> Decision:
         if not seqs:
