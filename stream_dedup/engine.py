@@ -103,7 +103,8 @@ class Deduplicator:
                     "char_shingles": c.char_shingles,
                     "bands": self.lsh.bands, "rows": self.lsh.rows, "simhash_k": c.simhash_k,
                     "simhash_blocks": c.simhash_blocks}
-        self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET)
+        self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET,
+                           table_key_bits=min(self.tables.key_bits))
         self._last_evict = 0.0
         self.evicted_total = 0
 
@@ -158,8 +159,7 @@ class Deduplicator:
             table_keys = self._table_keys(permuted)
             if has_shingles:
                 band_keys = self.banding.keys(fp.minhash)
-                probes = [(b"S" + bytes((t,)) + _u64(p & self.tables.key_masks[t]), p, self.tables.key_masks[t])
-                          for t, p in enumerate(permuted)]
+                probes = [(t, p, self.tables.key_masks[t]) for t, p in enumerate(permuted)]
                 lookup = self.index.lookup(band_keys, probes, c.simhash_k)
                 buckets = lookup.buckets
                 found = lookup.simhash | lookup.lsh

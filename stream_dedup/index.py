@@ -1,29 +1,37 @@
 """The persistent index: LSH buckets, permuted SimHash tables and article records in RocksDB.
 
-One RocksDB (via rocksdict, raw bytes) with a one-byte namespace per key family; every integer
-is big-endian so that byte order is numeric order and a prefix seek is a range scan:
+One RocksDB (via rocksdict, raw bytes) with four column families. Every integer is big-endian,
+so byte order is numeric order and a prefix seek is a range scan:
 
-===========================================  ===========================  ==========================
-key                                          value                        what for
-===========================================  ===========================  ==========================
-``A`` seq(8)                                 article record (below)       verify candidates, replay
-``I`` article id (UTF-8)                     seq(8)                       idempotency, ``remove``
-``X`` exact hash(16)                         seq(8)                       exact-duplicate fast path
-``B`` band(2) rows(4r)                       seq(8) x n, oldest first     LSH bucket
-``S`` table(1) permuted simhash(8) seq(8)    empty                        permuted SimHash tables
-``T`` first_seen ms(8) seq(8)                empty                        retention (oldest first)
-``M`` name                                   bytes                        counters, checkpoints, config
-===========================================  ===========================  ==========================
+=========  =========================================  ===========================  ====================
+family     key                                        value                        what for
+=========  =========================================  ===========================  ====================
+points     ``A`` seq(8)                               article record (below)       verify, replay
+points     ``I`` mmh3(id)(8) article id (UTF-8)       seq(8)                       idempotency, remove
+points     ``X`` exact hash(16)                       seq(8)                       exact fast path
+points     ``B`` band(2) rows(4r)                     seq(8) x n, oldest first     LSH bucket
+simhash    table(1) permuted simhash(8) seq(8)        empty                        permuted tables
+time       first_seen ms(8) seq(8)                    empty                        retention order
+default    ``M`` name                                 bytes                        state, checkpoints
+=========  =========================================  ===========================  ====================
+
+Why families: the point-lookup keys (every read of the hot path but the SimHash probes) live in a
+hash-indexed memtable (``hash_link_list`` keyed by their first 9 bytes, which the layout makes
+near-unique) with a prefix bloom filter, where a put or get costs a hash probe instead of ~20
+cache-missing skip-list hops. The SimHash tables use a hash skip list keyed by table + the first
+24 permuted bits (always inside the probe's key blocks: each table keys on >= 25 bits), so a probe
+is a seek within one small sorted bucket. Only the retention order needs a total order, and it
+has a plain skip list to itself. SST files use bloom filters, so absent keys skip disk reads.
 
 ``seq`` is a dense internal number given in arrival order. An LSH bucket is one key whose value
 lists its members (at most ``max_bucket`` of them, the newest kept), so all bands of a signature
 are looked up in one multi-get; the article's own write appends to the values just read (the
-index has a single writer). A SimHash probe is a range scan (prefix seek) over big-endian keys. The article record packs first-seen time, SimHash, set size, exact hash, the MinHash
-signature (uint32 BE), the article id and its cluster root id (length-prefixed UTF-8), and the
-decision first returned for it as JSON (replayed verbatim when the same id arrives again).
+index has a single writer). The article record packs first-seen time, SimHash, set size, exact
+hash, the MinHash signature (uint32 BE), the article id and its cluster root id (length-prefixed
+UTF-8), and the decision first returned for it as JSON (replayed verbatim when the id comes again).
 
-All writes for one article go in one ``WriteBatch``: a crash leaves an article either fully
-indexed or absent.
+All writes for one article go in one ``WriteBatch`` across families: a crash leaves an article
+either fully indexed or absent.
 """
 
 from __future__ import annotations
@@ -31,24 +39,41 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import mmh3
 import numpy as np
 import orjson
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    MemtableFactory,
+    Options,
+    Rdict,
+    ReadOptions,
+    SliceTransform,
+    WriteBatch,
+    WriteOptions,
+)
 
 _U64 = struct.Struct(">Q")
+_STATE = struct.Struct(">QQ")        # next seq, count
 _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
 _LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
-_SCHEMA = 2
+_SCHEMA = 3
+_POINTS, _SIMHASH, _TIME = "points", "simhash", "time"
+_POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
+_MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
+_ID_SEED = 0x1D5EED
 
 
 @dataclass(frozen=True)
 class Lookup:
     lsh: set[int]                   # members of the signature's LSH buckets
-    simhash: set[int]               # entries of the SimHash tables agreeing on a key
+    simhash: set[int]               # entries of the SimHash tables within the probe distance
     buckets: list[bytes | None]     # raw bucket values, appended to by ``insert``
 
 
@@ -98,49 +123,77 @@ def _u64(n: int) -> bytes:
     return _U64.pack(n)
 
 
+def _id_key(article_id: str) -> bytes:
+    """``I`` + 64-bit mmh3 of the id + the id: ids sharing a long prefix (URLs) still spread."""
+    raw = article_id.encode("utf-8", "surrogatepass")
+    return b"I" + mmh3.hash64(raw, _ID_SEED, signed=False)[0].to_bytes(8, "big") + raw
+
+
+def _table_options(base: Options, cache: Cache, prefix: int | None, memtable: MemtableFactory | None) -> Options:
+    opts = Options(raw_mode=True)
+    table = BlockBasedOptions()
+    table.set_bloom_filter(10, False)          # absent keys (most ids, buckets) skip SST reads
+    table.set_block_cache(cache)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    opts.set_block_based_table_factory(table)
+    opts.set_write_buffer_size(64 << 20)
+    if prefix is not None:
+        opts.set_prefix_extractor(SliceTransform.create_max_len_prefix(prefix))
+        opts.set_memtable_prefix_bloom_ratio(0.1)
+    if memtable is not None:
+        opts.set_memtable_factory(memtable)
+    return opts
+
+
 class Index:
     """Key layout and primitive operations; the decision logic lives in :mod:`stream_dedup.engine`."""
 
     def __init__(self, path: str | Path, num_perm: int, settings: dict, max_bucket: int = 256,
-                 cache_bytes: int = 64 << 20, durable_writes: bool = True) -> None:
+                 cache_bytes: int = 64 << 20, durable_writes: bool = True, table_key_bits: int = 24) -> None:
+        """``table_key_bits``: the fewest key bits of any SimHash table (probes agree on at least those)."""
         self.path = Path(path)
         self.max_bucket = max_bucket
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
-        opts = Options(raw_mode=True)
+        # whole bytes of the permuted fingerprint that every probe's key covers
+        self.table_prefix_bits = min(_MAX_TABLE_PREFIX_BITS, table_key_bits) // 8 * 8
+        cache = Cache(cache_bytes)
+        opts = _table_options(Options(raw_mode=True), cache, None, None)
         opts.create_if_missing(True)
+        opts.create_missing_column_families(True)
         opts.increase_parallelism(max(1, min(4, os.cpu_count() or 1)))
-        table = BlockBasedOptions()
-        table.set_bloom_filter(10, False)          # absent keys (most ids, buckets) skip SST reads
-        table.set_block_cache(Cache(cache_bytes))
-        table.set_cache_index_and_filter_blocks(True)
-        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-        opts.set_block_based_table_factory(table)
-        opts.set_memtable_prefix_bloom_ratio(0.1)  # ... and the same in the memtable
-        opts.set_memtable_whole_key_filtering(True)
-        opts.set_write_buffer_size(64 << 20)
-        self.db = Rdict(str(self.path), opts)
+        opts.set_allow_concurrent_memtable_write(False)  # required by the hash memtables (one writer)
+        families = {
+            _POINTS: _table_options(opts, cache, _POINT_PREFIX, MemtableFactory.hash_link_list(1 << 20)),
+            _SIMHASH: _table_options(opts, cache, 1 + self.table_prefix_bits // 8, MemtableFactory.hash_skip_list(1 << 20, 4, 4)),
+            _TIME: _table_options(opts, cache, None, None),
+        }
+        self.db = Rdict(str(self.path), opts, column_families=families)
+        self._points = self.db.get_column_family(_POINTS)
+        self._tables = self.db.get_column_family(_SIMHASH)
+        self._time = self.db.get_column_family(_TIME)
+        self._cf = {name: self.db.get_column_family_handle(name) for name in families}
         if not durable_writes:
             wo = WriteOptions()
             wo.disable_wal = True
             self.db.set_write_options(wo)
-        self._read = ReadOptions()
+        self._probe_read = ReadOptions()
+        self._probe_read.set_prefix_same_as_start(True)
+        self._ordered_read = ReadOptions()
+        self._ordered_read.set_total_order_seek(True)
         self._check_settings(settings)
-        self.next_seq = self._get_int(b"Mnext_seq", 0)
-        self.count = self._get_int(b"Mcount", 0)
+        state = self.db.get(b"Mstate")
+        self.next_seq, self.count = (0, 0) if state is None else _STATE.unpack(state)
 
     # -- metadata ---------------------------------------------------------------------------
-    def _get_int(self, key: bytes, default: int) -> int:
-        v = self.db.get(key)
-        return default if v is None else _U64.unpack(v)[0]
-
     def _check_settings(self, settings: dict) -> None:
         wanted = json.dumps({"schema": _SCHEMA, **settings}, sort_keys=True).encode()
         stored = self.db.get(b"Msettings")
         if stored is None:
             self.db.put(b"Msettings", wanted)
         elif stored != wanted:
-            self.db.close()
+            self.close()
             raise ValueError(
                 f"the index in {self.path} was built with different settings ({stored.decode()}); "
                 f"this run needs {wanted.decode()}. Use another --state directory or the original settings.")
@@ -149,55 +202,66 @@ class Index:
         v = self.db.get(b"Mckpt:" + name.encode())
         return None if v is None else _U64.unpack(v)[0]
 
+    def key_counts(self) -> Counter:
+        """Keys per family (``A I X B`` of points, ``S`` simhash, ``T`` time, ``M`` metadata); O(n)."""
+        counts: Counter = Counter(bytes(k[:1]) for k in self._points.keys(read_opt=self._ordered_read))
+        counts[b"S"] = sum(1 for _ in self._tables.keys(read_opt=self._ordered_read))
+        counts[b"T"] = sum(1 for _ in self._time.keys())
+        counts[b"M"] = sum(1 for _ in self.db.keys())
+        return +counts
+
     # -- reads ------------------------------------------------------------------------------
     def seq_of(self, article_id: str) -> int | None:
-        v = self.db.get(b"I" + article_id.encode("utf-8", "surrogatepass"))
+        v = self._points.get(_id_key(article_id))
         return None if v is None else _U64.unpack(v)[0]
 
     def exact_match(self, exact: bytes) -> int | None:
-        v = self.db.get(b"X" + exact)
+        v = self._points.get(b"X" + exact)
         return None if v is None else _U64.unpack(v)[0]
 
     def article(self, seq: int) -> StoredArticle | None:
-        v = self.db.get(b"A" + _u64(seq))
+        v = self._points.get(b"A" + _u64(seq))
         return None if v is None else _unpack_record(seq, v, self.num_perm)
 
     def articles(self, seqs: list[int]) -> list[StoredArticle]:
         if not seqs:
             return []
-        values = self.db.get([b"A" + _u64(s) for s in seqs])
+        values = self._points.get([b"A" + _u64(s) for s in seqs])
         return [_unpack_record(s, v, self.num_perm) for s, v in zip(seqs, values, strict=True) if v is not None]
 
-    def lookup(self, band_keys: list[bytes], table_probes: list[tuple[bytes, int, int]],
+    def lookup(self, band_keys: list[bytes], table_probes: list[tuple[int, int, int]],
                max_distance: int = 64) -> Lookup:
         """Members of the signature's LSH buckets, and every SimHash within ``max_distance`` bits.
 
-        ``table_probes`` holds per table ``(seek key, permuted query, key mask)``. A probe scans
-        the whole key range (entries agreeing with the query on the masked key bits), with no cap,
-        so no fingerprint within ``max_distance`` of the query is ever missed; entries farther
-        away are dropped during the scan (Hamming distance is the same on permuted values).
+        ``table_probes`` holds per table ``(table number, permuted query, key mask)``; masks are
+        expected to cover ``table_prefix_bits`` (else the probe takes a slow total-order scan). A probe
+        scans the whole key range (entries agreeing with the query on the masked key bits), with
+        no cap, so no fingerprint within ``max_distance`` of the query is ever missed; entries
+        farther away are dropped during the scan (Hamming distance is the same on permuted values).
         """
-        buckets = self.db.get([b"B" + bk for bk in band_keys]) if band_keys else []
+        buckets = self._points.get([b"B" + bk for bk in band_keys]) if band_keys else []
         members = b"".join(v for v in buckets if v)
         lsh = set(np.frombuffer(members, dtype=">u8").tolist()) if members else set()
         sim: set[int] = set()
         if table_probes:
-            it = self.db.iter(self._read)
-            for seek, query, mask in table_probes:
-                prefix = seek[:2]
+            prefix_mask = ((1 << self.table_prefix_bits) - 1) << (64 - self.table_prefix_bits)
+            by_prefix = ordered = None
+            for table, query, mask in table_probes:
                 want = query & mask
-                it.seek(seek)
+                if mask & prefix_mask == prefix_mask:
+                    it = by_prefix = by_prefix or self._tables.iter(self._probe_read)
+                else:  # a key shorter than the hashed prefix: a (slower) total-order scan
+                    it = ordered = ordered or self._tables.iter(self._ordered_read)
+                it.seek(bytes((table,)) + _u64(want))
                 while it.valid():
                     key = it.key()
-                    if not key.startswith(prefix):
-                        break
-                    permuted = _U64.unpack_from(key, 2)[0]
-                    if permuted & mask != want:
+                    permuted = _U64.unpack_from(key, 1)[0]
+                    if key[0] != table or permuted & mask != want:
                         break
                     if (permuted ^ query).bit_count() <= max_distance:
-                        sim.add(_U64.unpack_from(key, 10)[0])
+                        sim.add(_U64.unpack_from(key, 9)[0])
                     it.next()
-            del it
+            del it, by_prefix, ordered
         return Lookup(lsh, sim, buckets)
 
     # -- writes -----------------------------------------------------------------------------
@@ -205,24 +269,25 @@ class Index:
                minhash: np.ndarray, root_id: str, decision: dict, band_keys: list[bytes],
                buckets: list[bytes | None], table_keys: list[bytes], index_sketches: bool,
                checkpoint: tuple[str, int] | None) -> int:
+        """Index one article; ``table_keys`` are table(1) + permuted SimHash(8) per table."""
         seq = self.next_seq
         s8 = _u64(seq)
+        points, tables = self._cf[_POINTS], self._cf[_SIMHASH]
         wb = WriteBatch(raw_mode=True)
         wb.put(b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
-                                       article_id, root_id, decision))
-        wb.put(b"I" + article_id.encode("utf-8", "surrogatepass"), s8)
-        wb.put(b"T" + _u64(int(first_seen * 1000)) + s8, b"")
+                                       article_id, root_id, decision), points)
+        wb.put(_id_key(article_id), s8, points)
+        wb.put(_u64(int(first_seen * 1000)) + s8, b"", self._cf[_TIME])
         if index_sketches:
-            wb.put(b"X" + exact, s8)
+            wb.put(b"X" + exact, s8, points)
             cap = 8 * self.max_bucket
             for bk, members in zip(band_keys, buckets, strict=True):
-                wb.put(b"B" + bk, (members + s8)[-cap:] if members else s8)
+                wb.put(b"B" + bk, (members + s8)[-cap:] if members else s8, points)
             for tk in table_keys:
-                wb.put(b"S" + tk + s8, b"")
+                wb.put(tk + s8, b"", tables)
         self.next_seq = seq + 1
         self.count += 1
-        wb.put(b"Mnext_seq", _u64(self.next_seq))
-        wb.put(b"Mcount", _u64(self.count))
+        wb.put(b"Mstate", _STATE.pack(self.next_seq, self.count))
         if checkpoint is not None:
             wb.put(b"Mckpt:" + checkpoint[0].encode(), _u64(checkpoint[1]))
         self.db.write(wb)
@@ -233,41 +298,42 @@ class Index:
 
     def delete(self, art: StoredArticle, band_keys: list[bytes], table_keys: list[bytes]) -> None:
         """Remove every key of ``art`` in one atomic write (bucket values are read, so one at a time)."""
+        points = self._cf[_POINTS]
         wb = WriteBatch(raw_mode=True)
         s8 = _u64(art.seq)
-        wb.delete(b"A" + s8)
+        wb.delete(b"A" + s8, points)
         if self.seq_of(art.article_id) == art.seq:
-            wb.delete(b"I" + art.article_id.encode("utf-8", "surrogatepass"))
-        wb.delete(b"T" + _u64(int(art.first_seen * 1000)) + s8)
+            wb.delete(_id_key(art.article_id), points)
+        wb.delete(_u64(int(art.first_seen * 1000)) + s8, self._cf[_TIME])
         if art.indexed:
             if self.exact_match(art.exact) == art.seq:
-                wb.delete(b"X" + art.exact)
-            buckets = self.db.get([b"B" + bk for bk in band_keys]) if band_keys else []
+                wb.delete(b"X" + art.exact, points)
+            buckets = self._points.get([b"B" + bk for bk in band_keys]) if band_keys else []
             for bk, members in zip(band_keys, buckets, strict=True):
                 if not members:
                     continue
                 kept = b"".join(members[i:i + 8] for i in range(0, len(members), 8) if members[i:i + 8] != s8)
                 if kept:
-                    wb.put(b"B" + bk, kept)
+                    wb.put(b"B" + bk, kept, points)
                 else:
-                    wb.delete(b"B" + bk)
+                    wb.delete(b"B" + bk, points)
             for tk in table_keys:
-                wb.delete(b"S" + tk + s8)
+                wb.delete(tk + s8, self._cf[_SIMHASH])
         self.count -= 1
-        wb.put(b"Mcount", _u64(self.count))
+        wb.put(b"Mstate", _STATE.pack(self.next_seq, self.count))
         self.db.write(wb)
 
     def oldest(self, before: float, limit: int) -> list[int]:
         """Seqs first seen before ``before`` (epoch seconds), oldest first."""
-        it = self.db.iter(self._read)
-        it.seek(b"T")
+        it = self._time.iter()
+        it.seek_to_first()
         out: list[int] = []
         bound = int(before * 1000)
         while it.valid() and len(out) < limit:
             key = it.key()
-            if key[:1] != b"T" or _U64.unpack_from(key, 1)[0] >= bound:
+            if _U64.unpack_from(key, 0)[0] >= bound:
                 break
-            out.append(_U64.unpack_from(key, 9)[0])
+            out.append(_U64.unpack_from(key, 8)[0])
             it.next()
         del it
         return out
@@ -280,7 +346,12 @@ class Index:
         return total
 
     def flush(self) -> None:
+        for name in (_POINTS, _SIMHASH, _TIME):
+            self.db.get_column_family(name).flush()
         self.db.flush()
 
     def close(self) -> None:
+        """Close the database; the family handles are dropped too (they keep it open otherwise)."""
         self.db.close()
+        self._points = self._tables = self._time = None  # type: ignore[assignment]
+        self._cf = {}

@@ -134,7 +134,8 @@ class SimHashStore:
     def __init__(self, path: Path, k: int, blocks: int) -> None:
         self.k = k
         self.tables = PermutedTables(k, blocks)
-        self.index = Index(path, num_perm=8, settings={"test": "simhash", "k": k, "blocks": blocks})
+        self.index = Index(path, num_perm=8, settings={"test": "simhash", "k": k, "blocks": blocks},
+                           table_key_bits=min(self.tables.key_bits))
         self.fps: dict[int, int] = {}
 
     def add(self, fp: int) -> int:
@@ -154,7 +155,7 @@ class SimHashStore:
     def found(self, query: int) -> set[int]:
         t = self.tables
         permuted = t.permute_all(query)
-        probes = [(b"S" + bytes((i,)) + _u64(p & t.key_masks[i]), p, t.key_masks[i]) for i, p in enumerate(permuted)]
+        probes = [(i, p, t.key_masks[i]) for i, p in enumerate(permuted)]
         hits = self.index.lookup([], probes, MAX_PER_BUCKET).simhash
         assert hits <= self.fps.keys()
         return {s for s in hits if hamming(self.fps[s], query) <= self.k}
