@@ -33,7 +33,7 @@ import numpy as np
 
 from .config import EngineConfig
 from .fingerprint import Fingerprint, Fingerprinter
-from .index import Index, StoredArticle, _u64
+from .index import BUCKET, Index, StoredArticle
 from .lsh import Banding, LSHParams, explicit_params, optimal_params
 from .minhash import containment
 from .record import Article
@@ -142,9 +142,9 @@ class Deduplicator:
         if fp.minhash.shape[0] != c.num_perm:
             raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {c.num_perm}")
 
-        band_keys: list[bytes] = []
+        bucket_keys: list[bytes] = []
         buckets: list[bytes | None] = []
-        table_keys: list[bytes] = []
+        permuted: list[int] = []
         has_shingles = fp.n_shingles > 0
         decision: Decision
         exact_seq = self.index.exact_match(fp.exact)
@@ -155,12 +155,11 @@ class Deduplicator:
                                 containment=1.0, matched_id=exact_hit.article_id, methods=("exact",), candidates=1)
             root_id = exact_hit.root_id
         else:
-            permuted = self.tables.permute_all(fp.simhash) if has_shingles else []
-            table_keys = self._table_keys(permuted)
             if has_shingles:
-                band_keys = self.banding.keys(fp.minhash)
-                probes = [(t, p, self.tables.key_masks[t]) for t, p in enumerate(permuted)]
-                lookup = self.index.lookup(band_keys, probes, c.simhash_k)
+                permuted = self.tables.permute_all(fp.simhash)
+                bucket_keys = self.banding.keys(fp.minhash, BUCKET)
+                probes = list(zip(range(len(permuted)), permuted, self.tables.key_masks, strict=True))
+                lookup = self.index.lookup(bucket_keys, probes, c.simhash_k)
                 buckets = lookup.buckets
                 found = lookup.simhash | lookup.lsh
                 if len(found) > MAX_VERIFY:  # a flood of near-copies: verify a bounded subset
@@ -172,7 +171,7 @@ class Deduplicator:
             root_id = decision.duplicate_of if decision.is_duplicate else article_id
         self.index.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
                           exact=fp.exact, minhash=fp.minhash, root_id=root_id, decision=decision.to_event(),
-                          band_keys=band_keys, buckets=buckets, table_keys=table_keys,
+                          bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
                           index_sketches=exact_hit is None and has_shingles, checkpoint=checkpoint)
         return decision
 
@@ -236,14 +235,9 @@ class Deduplicator:
             self.evict_expired(now)
 
     def _delete(self, art: StoredArticle) -> None:
-        band_keys = self.banding.keys(art.minhash) if art.indexed else []
-        table_keys = self._table_keys(self.tables.permute_all(art.simhash)) if art.indexed else []
-        self.index.delete(art, band_keys, table_keys)
-
-    @staticmethod
-    def _table_keys(permuted: list[int]) -> list[bytes]:
-        """The SimHash table entries' key bodies: table number (1 byte) + permuted fingerprint (BE)."""
-        return [bytes((t,)) + _u64(p) for t, p in enumerate(permuted)]
+        bucket_keys = self.banding.keys(art.minhash, BUCKET) if art.indexed else []
+        permuted = self.tables.permute_all(art.simhash) if art.indexed else []
+        self.index.delete(art, bucket_keys, permuted)
 
     def _verify(self, article_id: str, fp: Fingerprint, seqs: list[int]) -> Decision:
         if not seqs:

@@ -60,6 +60,7 @@ from rocksdict import (
 
 _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
+_TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
 _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
 _LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
@@ -68,6 +69,7 @@ _POINTS, _SIMHASH, _TIME = "points", "simhash", "time"
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
 _ID_SEED = 0x1D5EED
+BUCKET = b"B"  # namespace of LSH bucket keys: pass ``Banding.keys(sig, prefix=BUCKET)`` as bucket keys
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,7 @@ class Index:
         values = self._points.get([b"A" + _u64(s) for s in seqs])
         return [_unpack_record(s, v, self.num_perm) for s, v in zip(seqs, values, strict=True) if v is not None]
 
-    def lookup(self, band_keys: list[bytes], table_probes: list[tuple[int, int, int]],
+    def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
                max_distance: int = 64) -> Lookup:
         """Members of the signature's LSH buckets, and every SimHash within ``max_distance`` bits.
 
@@ -239,7 +241,7 @@ class Index:
         no cap, so no fingerprint within ``max_distance`` of the query is ever missed; entries
         farther away are dropped during the scan (Hamming distance is the same on permuted values).
         """
-        buckets = self._points.get([b"B" + bk for bk in band_keys]) if band_keys else []
+        buckets = self._points.get(bucket_keys) if bucket_keys else []
         members = b"".join(v for v in buckets if v)
         lsh = set(np.frombuffer(members, dtype=">u8").tolist()) if members else set()
         sim: set[int] = set()
@@ -266,37 +268,43 @@ class Index:
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, article_id: str, first_seen: float, simhash: int, n_shingles: int, exact: bytes,
-               minhash: np.ndarray, root_id: str, decision: dict, band_keys: list[bytes],
-               buckets: list[bytes | None], table_keys: list[bytes], index_sketches: bool,
+               minhash: np.ndarray, root_id: str, decision: dict, bucket_keys: list[bytes],
+               buckets: list[bytes | None], permuted: list[int], index_sketches: bool,
                checkpoint: tuple[str, int] | None) -> int:
-        """Index one article; ``table_keys`` are table(1) + permuted SimHash(8) per table."""
+        """Index one article.
+
+        ``bucket_keys`` are its LSH bucket keys (``BUCKET`` + band key) with ``buckets`` their
+        values as :meth:`lookup` read them; ``permuted`` is its SimHash permuted for each table.
+        """
         seq = self.next_seq
         s8 = _u64(seq)
         points, tables = self._cf[_POINTS], self._cf[_SIMHASH]
         wb = WriteBatch(raw_mode=True)
-        wb.put(b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
+        put = wb.put
+        put(b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
                                        article_id, root_id, decision), points)
-        wb.put(_id_key(article_id), s8, points)
-        wb.put(_u64(int(first_seen * 1000)) + s8, b"", self._cf[_TIME])
+        put(_id_key(article_id), s8, points)
+        put(_u64(int(first_seen * 1000)) + s8, b"", self._cf[_TIME])
         if index_sketches:
-            wb.put(b"X" + exact, s8, points)
+            put(b"X" + exact, s8, points)
             cap = 8 * self.max_bucket
-            for bk, members in zip(band_keys, buckets, strict=True):
-                wb.put(b"B" + bk, (members + s8)[-cap:] if members else s8, points)
-            for tk in table_keys:
-                wb.put(tk + s8, b"", tables)
+            for bk, members in zip(bucket_keys, buckets, strict=True):
+                put(bk, (members + s8)[-cap:] if members else s8, points)
+            pack = _TABLE_ENTRY.pack
+            for table, p in enumerate(permuted):
+                put(pack(table, p, seq), b"", tables)
         self.next_seq = seq + 1
         self.count += 1
-        wb.put(b"Mstate", _STATE.pack(self.next_seq, self.count))
+        put(b"Mstate", _STATE.pack(self.next_seq, self.count))
         if checkpoint is not None:
-            wb.put(b"Mckpt:" + checkpoint[0].encode(), _u64(checkpoint[1]))
+            put(b"Mckpt:" + checkpoint[0].encode(), _u64(checkpoint[1]))
         self.db.write(wb)
         return seq
 
     def set_checkpoint(self, name: str, offset: int) -> None:
         self.db.put(b"Mckpt:" + name.encode(), _u64(offset))
 
-    def delete(self, art: StoredArticle, band_keys: list[bytes], table_keys: list[bytes]) -> None:
+    def delete(self, art: StoredArticle, bucket_keys: list[bytes], permuted: list[int]) -> None:
         """Remove every key of ``art`` in one atomic write (bucket values are read, so one at a time)."""
         points = self._cf[_POINTS]
         wb = WriteBatch(raw_mode=True)
@@ -308,17 +316,17 @@ class Index:
         if art.indexed:
             if self.exact_match(art.exact) == art.seq:
                 wb.delete(b"X" + art.exact, points)
-            buckets = self._points.get([b"B" + bk for bk in band_keys]) if band_keys else []
-            for bk, members in zip(band_keys, buckets, strict=True):
+            buckets = self._points.get(bucket_keys) if bucket_keys else []
+            for bk, members in zip(bucket_keys, buckets, strict=True):
                 if not members:
                     continue
                 kept = b"".join(members[i:i + 8] for i in range(0, len(members), 8) if members[i:i + 8] != s8)
                 if kept:
-                    wb.put(b"B" + bk, kept, points)
+                    wb.put(bk, kept, points)
                 else:
-                    wb.delete(b"B" + bk, points)
-            for tk in table_keys:
-                wb.delete(tk + s8, self._cf[_SIMHASH])
+                    wb.delete(bk, points)
+            for table, p in enumerate(permuted):
+                wb.delete(_TABLE_ENTRY.pack(table, p, art.seq), self._cf[_SIMHASH])
         self.count -= 1
         wb.put(b"Mstate", _STATE.pack(self.next_seq, self.count))
         self.db.write(wb)

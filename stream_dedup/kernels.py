@@ -175,8 +175,36 @@ def simhash64(features):
 
 
 @njit(cache=True)
+def count_distinct(values):
+    """Number of distinct uint64 values (open addressing, linear probing; no sort)."""
+    m = values.shape[0]
+    size = 16
+    while size < 2 * m:
+        size *= 2
+    table = np.zeros(size, dtype=np.uint64)
+    used = np.zeros(size, dtype=np.bool_)
+    mask = size - 1
+    distinct = 0
+    for i in range(m):
+        v = values[i]
+        h = int((v * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
+        while used[h] and table[h] != v:
+            h = (h + 1) & mask
+        if not used[h]:
+            used[h] = True
+            table[h] = v
+            distinct += 1
+    return distinct
+
+
+@njit(cache=True)
 def sketch(token_hashes, k, a_lo, a_hi, b):
-    """(distinct shingle count, MinHash minima uint64[num_perm], SimHash) of a token-hash sequence."""
+    """(distinct shingle count, MinHash minima uint64[num_perm], SimHash) of a token-hash sequence.
+
+    The MinHash runs over every shingle occurrence (a repeated value cannot lower a minimum, so
+    the result is that of the distinct set) with the 32-bit shift inside the loop, which lets
+    LLVM use 32x32-bit vector multiplies; the distinct count comes from a hash set, not a sort.
+    """
     n = token_hashes.shape[0]
     num_perm = a_lo.shape[0]
     p = np.uint64((1 << 61) - 1)
@@ -193,12 +221,6 @@ def sketch(token_hashes, k, a_lo, a_hi, b):
             acc = (acc ^ token_hashes[i + j]) * mul
         sh[i] = _fmix(acc ^ np.uint64(kk))
     fp = simhash64(sh)
-    # distinct shingles, then MinHash over their top 32 bits
-    s = np.sort(sh)
-    distinct = 0
     for i in range(m):
-        if i > 0 and s[i] == s[i - 1]:
-            continue
-        distinct += 1
-        _minhash_update(s[i] >> np.uint64(32), a_lo, a_hi, b, mins)
-    return distinct, mins, fp
+        _minhash_update(sh[i] >> np.uint64(32), a_lo, a_hi, b, mins)
+    return count_distinct(sh), mins, fp

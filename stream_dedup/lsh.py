@@ -78,10 +78,21 @@ class Banding:
     def __init__(self, params: LSHParams) -> None:
         self.params = params
         self.bands, self.rows = params.bands, params.rows
-        self._band_prefix = [struct.pack(">H", i) for i in range(self.bands)]
+        self._templates: dict[bytes, np.ndarray] = {}
 
-    def keys(self, sig32: np.ndarray) -> list[bytes]:
-        """One key per band: ``band (u16 BE) || rows (r x uint32 BE)``."""
-        raw = sig32[: self.bands * self.rows].astype(">u4").tobytes()
-        step = 4 * self.rows
-        return [prefix + raw[i * step:(i + 1) * step] for i, prefix in enumerate(self._band_prefix)]
+    def _template(self, prefix: bytes) -> np.ndarray:
+        """uint8[bands, len(prefix) + 2 + 4r] with the prefix and band numbers filled in."""
+        t = self._templates.get(prefix)
+        if t is None:
+            rows = [prefix + struct.pack(">H", i) + bytes(4 * self.rows) for i in range(self.bands)]
+            t = self._templates[prefix] = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(self.bands, -1)
+        return t
+
+    def keys(self, sig32: np.ndarray, prefix: bytes = b"") -> list[bytes]:
+        """One key per band: ``prefix || band (u16 BE) || rows (r x uint32 BE)``."""
+        out = self._template(prefix).copy()
+        n = self.bands * self.rows
+        out[:, len(prefix) + 2:] = sig32[:n].astype(">u4").view(np.uint8).reshape(self.bands, 4 * self.rows)
+        raw = out.tobytes()
+        width = out.shape[1]
+        return [raw[i:i + width] for i in range(0, len(raw), width)]

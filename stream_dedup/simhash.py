@@ -76,6 +76,7 @@ class PermutedTables:
             self.key_bits.append(sum(self.widths[i] for i in key_blocks))
         full = (1 << bits) - 1
         self.key_masks = [full ^ ((1 << (bits - m)) - 1) for m in self.key_bits]
+        self._permute_all = self._compile_permute_all()
 
     def __len__(self) -> int:
         return len(self.tables)
@@ -88,7 +89,18 @@ class PermutedTables:
         return out
 
     def permute_all(self, fp: int) -> list[int]:
-        return [self.permute(fp, t) for t in range(len(self.tables))]
+        """``[permute(fp, t) for every table t]`` in one call (a generated expression: the hot path)."""
+        return self._permute_all(fp)
+
+    def _compile_permute_all(self):  # noqa: ANN202
+        tables = []
+        for plan in self._plans:
+            terms = [f"((fp >> {src}) & {mask:#x}) << {dst}" if dst else f"(fp >> {src}) & {mask:#x}"
+                     for src, mask, dst in plan]
+            tables.append(" | ".join(terms))
+        namespace: dict = {}
+        exec(f"def permute_all(fp):\n    return [{', '.join(tables)}]\n", namespace)  # noqa: S102
+        return namespace["permute_all"]
 
     def unpermute(self, permuted: int, table: int) -> int:
         out = 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stream_dedup.index import Index, _u64
+from stream_dedup.index import BUCKET, Index
 
 SETTINGS = {"num_perm": 8, "seed": 1, "purpose": "index-test"}
 
@@ -17,15 +17,15 @@ def open_index(path: Path, **kw) -> Index:
     return Index(path, num_perm=8, settings=kw.pop("settings", SETTINGS), **kw)
 
 
-def add(index: Index, n: int, *, band_keys: list[bytes] = (), table_keys: list[bytes] = (), first_seen: float = 0.0,
+def add(index: Index, n: int, *, band_keys: list[bytes] = (), permuted: list[int] = (), first_seen: float = 0.0,
         indexed: bool = True, exact: bytes | None = None, simhash: int = 0, decision: dict | None = None,
         checkpoint: tuple[str, int] | None = None, article_id: str | None = None) -> int:
     band_keys = list(band_keys)
-    found = index.lookup(band_keys, [], 256)
+    found = index.lookup(band_keys, [], 256)  # band keys already carry the BUCKET namespace
     return index.insert(article_id=article_id or f"a{n}", first_seen=first_seen, simhash=simhash, n_shingles=n + 1,
                         exact=exact or n.to_bytes(16, "big"), minhash=np.arange(8, dtype=np.uint32) + n,
-                        root_id=f"root{n}", decision=decision or {"n": n}, band_keys=band_keys,
-                        buckets=found.buckets, table_keys=list(table_keys), index_sketches=indexed,
+                        root_id=f"root{n}", decision=decision or {"n": n}, bucket_keys=band_keys,
+                        buckets=found.buckets, permuted=list(permuted), index_sketches=indexed,
                         checkpoint=checkpoint)
 
 
@@ -39,8 +39,8 @@ def test_record_round_trip(tmp_path: Path) -> None:
     sig = np.array([0, 1, 2**32 - 1, 7, 8, 9, 10, 2**31], dtype=np.uint32)
     decision = {"id": with_unicode, "type": "new", "similarity": None, "methods": ["a", "b"]}
     seq = idx.insert(article_id=with_unicode, first_seen=1234.5678, simhash=2**64 - 1, n_shingles=2**32 - 1,
-                     exact=b"\x01" * 16, minhash=sig, root_id="root-ü", decision=decision, band_keys=[],
-                     buckets=[], table_keys=[], index_sketches=True, checkpoint=None)
+                     exact=b"\x01" * 16, minhash=sig, root_id="root-ü", decision=decision, bucket_keys=[],
+                     buckets=[], permuted=[], index_sketches=True, checkpoint=None)
     art = idx.article(seq)
     assert art is not None
     assert (art.seq, art.article_id, art.root_id, art.first_seen, art.simhash, art.n_shingles, art.exact,
@@ -64,9 +64,9 @@ def test_seqs_are_dense_and_count(tmp_path: Path) -> None:
 
 def test_unindexed_records_have_no_sketch_keys(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
-    seq = add(idx, 0, band_keys=[b"\x00\x00band"], table_keys=[b"\x00" + _u64(5)], indexed=False)
+    seq = add(idx, 0, band_keys=[BUCKET + b"\x00\x00band"], permuted=[5], indexed=False)
     assert idx.exact_match((0).to_bytes(16, "big")) is None
-    assert idx.lookup([b"\x00\x00band"], [], 256).lsh == set()
+    assert idx.lookup([BUCKET + b"\x00\x00band"], [], 256).lsh == set()
     fam = key_families(idx)
     assert fam[b"X"] == 0 and fam[b"B"] == 0 and fam[b"S"] == 0
     assert fam[b"A"] == 1 and fam[b"I"] == 1 and fam[b"T"] == 1
@@ -76,10 +76,10 @@ def test_unindexed_records_have_no_sketch_keys(tmp_path: Path) -> None:
 
 def test_lsh_buckets_collect_members_and_keep_the_newest(tmp_path: Path) -> None:
     idx = open_index(tmp_path, max_bucket=3)
-    shared, own = b"\x00\x01shared", b"\x00\x02own"
+    shared, own = BUCKET + b"\x00\x01shared", BUCKET + b"\x00\x02own"
     for n in range(5):
         add(idx, n, band_keys=[shared] + ([own] if n == 0 else []))
-    found = idx.lookup([shared, own, b"\x00\x03absent"], [], 256)
+    found = idx.lookup([shared, own, BUCKET + b"\x00\x03absent"], [], 256)
     assert found.lsh == {2, 3, 4, 0}  # shared bucket capped to the newest 3; `own` holds 0
     assert found.buckets[2] is None
     assert np.frombuffer(found.buckets[0], dtype=">u8").tolist() == [2, 3, 4]  # oldest first
@@ -92,7 +92,7 @@ def test_simhash_probe_is_a_masked_range_scan(tmp_path: Path) -> None:
     mask = 0xFFFF << 48
     values = {0: 0x1234_0000_0000_0001, 1: 0x1234_FFFF_FFFF_FFFF, 2: 0x1235_0000_0000_0000, 3: 0x1233_FFFF_FFFF_FFFF}
     for n, v in values.items():
-        add(idx, n, table_keys=[b"\x00" + _u64(v), b"\x01" + _u64(v ^ (2**64 - 1))])
+        add(idx, n, permuted=[v, v ^ (2**64 - 1)])  # tables 0 and 1
     query = 0x1234_5555_0000_0000
     probe = (0, query, mask)  # a 16-bit key: shorter than the hashed prefix, a total-order scan
     assert idx.lookup([], [probe], 256).simhash == {0, 1}
@@ -108,13 +108,12 @@ def test_simhash_probe_is_a_masked_range_scan(tmp_path: Path) -> None:
 
 def test_delete_removes_every_key_of_the_article(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
-    shared, own = b"\x00\x01shared", b"\x00\x02own"
-    t0, t1 = b"\x00" + _u64(10), b"\x00" + _u64(11)
-    add(idx, 0, band_keys=[shared, own], table_keys=[t0], first_seen=5.0)
-    add(idx, 1, band_keys=[shared], table_keys=[t1], first_seen=6.0)
+    shared, own = BUCKET + b"\x00\x01shared", BUCKET + b"\x00\x02own"
+    add(idx, 0, band_keys=[shared, own], permuted=[10], first_seen=5.0)
+    add(idx, 1, band_keys=[shared], permuted=[11], first_seen=6.0)
     before = key_families(idx)
     art = idx.article(0)
-    idx.delete(art, [shared, own], [t0])
+    idx.delete(art, [shared, own], [10])
     after = key_families(idx)
     assert before - after == Counter({b"A": 1, b"I": 1, b"T": 1, b"X": 1, b"B": 1, b"S": 1})
     assert idx.count == 1
@@ -164,13 +163,13 @@ def test_checkpoints(tmp_path: Path) -> None:
 def test_state_survives_reopen(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
     for n in range(3):
-        add(idx, n, band_keys=[b"\x00\x00k"])
-    idx.delete(idx.article(1), [b"\x00\x00k"], [])
+        add(idx, n, band_keys=[BUCKET + b"\x00\x00k"])
+    idx.delete(idx.article(1), [BUCKET + b"\x00\x00k"], [])
     idx.close()
     idx = open_index(tmp_path)
     assert idx.count == 2 and idx.next_seq == 3
     assert add(idx, 3) == 3
-    assert idx.lookup([b"\x00\x00k"], [], 256).lsh == {0, 2}
+    assert idx.lookup([BUCKET + b"\x00\x00k"], [], 256).lsh == {0, 2}
     assert idx.article(2).decision == {"n": 2}
     idx.close()
 

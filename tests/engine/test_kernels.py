@@ -96,3 +96,10 @@ def test_sketch_counts_repeated_shingles_once() -> None:
     th = np.array([1, 2, 1, 2, 1, 2, 1, 2], dtype=np.uint64)  # shingles of k=2: (1,2) x4, (2,1) x3
     n, _, _ = kernels.sketch(th, 2, m._a_lo, m._a_hi, m.b)
     assert int(n) == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 40), max_size=300))
+def test_count_distinct_equals_unique(values: list[int]) -> None:
+    arr = np.array(values, dtype=np.uint64)
+    assert kernels.count_distinct(arr) == len(set(values))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from stream_dedup.config import EngineConfig
 from stream_dedup.engine import MAX_PER_BUCKET, Deduplicator
 from stream_dedup.fingerprint import Fingerprint
-from stream_dedup.index import Index, _u64
+from stream_dedup.index import Index
 from stream_dedup.simhash import PermutedTables, hamming, simhash, simhash_numpy
 
 MASK64 = (1 << 64) - 1
@@ -142,8 +142,8 @@ class SimHashStore:
         n = len(self.fps)
         seq = self.index.insert(
             article_id=f"a{n}", first_seen=0.0, simhash=fp, n_shingles=10, exact=n.to_bytes(16, "big"),
-            minhash=np.zeros(8, np.uint32), root_id=f"a{n}", decision={}, band_keys=[], buckets=[],
-            table_keys=[bytes((t,)) + _u64(p) for t, p in enumerate(self.tables.permute_all(fp))],
+            minhash=np.zeros(8, np.uint32), root_id=f"a{n}", decision={}, bucket_keys=[], buckets=[],
+            permuted=self.tables.permute_all(fp),
             index_sketches=True, checkpoint=None)
         self.fps[seq] = fp
         return seq
