@@ -85,6 +85,10 @@ class Fingerprinter:
         non-word characters blanked and runs of spaces folded to one, so k-shingles are
         character k-grams.
         """
+        if not is_html and not self.config.char_shingles and text.isascii():
+            # NFKC leaves ASCII unchanged and casefold is lower() there: skip both
+            return kernels.token_hashes_utf8(np.frombuffer(text.encode("ascii").lower(), dtype=np.uint8),
+                                             kernels.WORD_BYTES, self.config.seed)
         norm = self.plain_text(text, is_html)
         if self.config.char_shingles:
             return self.tokens.hashes(char_tokens(norm))
