@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .config import EngineConfig
 from .fingerprint import Fingerprint, Fingerprinter
 from .index import BUCKET, Index, StoredArticle
@@ -243,31 +241,28 @@ class Deduplicator:
         if not seqs:
             return Decision(id=article_id, type="new")
         c = self.config
-        stored = self.index.articles(seqs)
-        if not stored:
+        found, agree, headers, raw = self.index.compare(seqs, fp.minhash)
+        if not found:
             return Decision(id=article_id, type="new", candidates=len(seqs))
-        sigs = np.stack([s.minhash for s in stored])
-        jaccards = np.count_nonzero(sigs == fp.minhash, axis=1) / c.num_perm
+        n = fp.n_shingles
+        can_contain = n >= c.min_containment_shingles
         best: tuple | None = None
-        for art, j in zip(stored, jaccards.tolist(), strict=True):
-            methods = []
-            cont = containment(j, fp.n_shingles, art.n_shingles)
-            ham = hamming(fp.simhash, art.simhash)
-            if j >= c.jaccard_threshold:
-                methods.append("minhash")
-            if cont >= c.containment_threshold and fp.n_shingles >= c.min_containment_shingles:
-                methods.append("containment")
-            if ham <= c.simhash_k and j >= c.simhash_min_jaccard:
-                methods.append("simhash")
+        for i, (j, (_, simhash, stored_n, _, _)) in enumerate(zip((agree / c.num_perm).tolist(), headers,
+                                                                    strict=True)):
+            cont = containment(j, n, stored_n)
+            ham = hamming(fp.simhash, simhash)
+            contained = can_contain and cont >= c.containment_threshold
+            methods = tuple(m for m, hit in (("minhash", j >= c.jaccard_threshold), ("containment", contained),
+                                             ("simhash", ham <= c.simhash_k and j >= c.simhash_min_jaccard)) if hit)
             if not methods:
                 continue
-            score = max(j, cont if "containment" in methods else 0.0)
-            key = (score, -art.seq)
+            key = (max(j, cont if contained else 0.0), -found[i])  # best score, then the earliest
             if best is None or key > best[0]:
-                best = (key, art, j, cont, ham, tuple(methods))
+                best = (key, i, j, cont, ham, methods)
         if best is None:
-            return Decision(id=article_id, type="new", candidates=len(stored))
-        _, art, j, cont, ham, methods = best
+            return Decision(id=article_id, type="new", candidates=len(found))
+        _, i, j, cont, ham, methods = best
+        art = self.index.unpack(found[i], raw[i])
         return Decision(id=article_id, type="duplicate-of", duplicate_of=art.root_id, similarity=round(j, 4),
                         method=methods[0], hamming_distance=ham, containment=round(cont, 4),
-                        matched_id=art.article_id, methods=methods, candidates=len(stored))
+                        matched_id=art.article_id, methods=methods, candidates=len(found))

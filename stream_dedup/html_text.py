@@ -5,7 +5,11 @@ only the text a reader would read: everything inside ``script``, ``style``, ``na
 ``footer``, ``aside``, ``form``, ``noscript``, ``template``, ``svg``, ``iframe``, ``button`` and
 ``head`` is dropped, block elements end a line, and when the page has ``<article>`` or
 ``<main>`` elements only their text is kept (the story is there; the rest is chrome).
-Built on the standard library's tolerant ``html.parser`` (bad markup never raises).
+
+Parsed by lxml (libxml2's tolerant HTML parser, ten times faster than the standard library's
+``html.parser``) and walked once. Markup lxml cannot take (an empty document, an encoding
+declaration in a ``str``, nesting deeper than libxml2's limit of 256) falls back to the ``html.parser`` walker, and anything that one rejects
+to a regex tag stripper: bad markup never raises.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import html as _html
 import re
 from html.parser import HTMLParser
+
+from lxml import etree
 
 _SKIP = frozenset({"script", "style", "nav", "header", "footer", "aside", "form", "noscript",
                    "template", "svg", "iframe", "button", "head", "select", "object"})
@@ -88,11 +94,57 @@ def _collapse(text: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
+_LXML_PARSER = etree.HTMLParser(remove_comments=True, remove_pis=True, no_network=True, recover=True,
+                                default_doctype=False)
+
+
+def _lxml_text(html: str) -> str | None:
+    """The same walk as :class:`_Extractor` over lxml's tree; None if lxml cannot parse ``html``."""
+    try:
+        root = etree.fromstring(html, _LXML_PARSER)
+    except (etree.ParserError, etree.XMLSyntaxError, ValueError):
+        return None
+    if root is None or any(e.level >= etree.ErrorLevels.FATAL for e in _LXML_PARSER.error_log):
+        return None  # e.g. nesting deeper than libxml2's limit: parsing stopped early
+    all_parts: list[str] = []
+    content_parts: list[str] = []
+    content_depth = 0
+    saw_content = False
+    walker = etree.iterwalk(root, events=("start", "end"))
+    for event, el in walker:
+        tag = el.tag
+        if not isinstance(tag, str):  # an entity or other non-element node: its tail is text
+            continue
+        if event == "start":
+            if tag in _SKIP:
+                walker.skip_subtree()
+                continue
+            if tag in _CONTENT:
+                content_depth += 1
+                saw_content = True
+            parts = ["\n", el.text] if tag in _BLOCK else [el.text]
+        else:
+            if tag in _CONTENT:
+                content_depth -= 1
+            parts = ["\n", el.tail] if tag in _BLOCK and tag not in _SKIP else [el.tail]
+        for text in parts:
+            if text:
+                all_parts.append(text)
+                if content_depth:
+                    content_parts.append(text)
+    content = "".join(content_parts)
+    return content if saw_content and content.strip() else "".join(all_parts)
+
+
 def html_to_text(html: str) -> str:
     """The readable text of ``html`` (see module docstring); whitespace is collapsed per line.
 
-    Never raises: markup that the standard parser rejects falls back to a regex tag stripper.
+    Never raises: markup that lxml cannot parse goes through the standard parser, and markup that
+    one rejects through a regex tag stripper.
     """
+    text = _lxml_text(html)
+    if text is not None:
+        return _collapse(text)
     parser = _Extractor()
     try:
         parser.feed(html)

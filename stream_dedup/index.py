@@ -231,6 +231,28 @@ class Index:
         values = self._points.get([b"A" + _u64(s) for s in seqs])
         return [_unpack_record(s, v, self.num_perm) for s, v in zip(seqs, values, strict=True) if v is not None]
 
+    def compare(self, seqs: list[int], minhash: np.ndarray) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
+        """Candidates' agreement with ``minhash`` without decoding whole records.
+
+        Returns the seqs still indexed, per candidate the number of equal signature rows, its record
+        header ``(first_seen, simhash, n_shingles, flags, exact)``, and the raw records (decode one
+        with :meth:`unpack`).
+        """
+        values = self._points.get([b"A" + _u64(s) for s in seqs])
+        found = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
+        if not found:
+            return [], np.zeros(0, dtype=np.int64), [], []
+        start, end = _RECORD.size, _RECORD.size + 4 * self.num_perm
+        raw = [v for _, v in found]
+        # compare the big-endian bytes as they are: equality survives a consistent byte order
+        sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint32).reshape(len(raw), -1)
+        agree = np.count_nonzero(sigs == minhash.astype(">u4").view(np.uint32), axis=1)
+        unpack = _RECORD.unpack_from
+        return [s for s, _ in found], agree, [unpack(v) for v in raw], raw
+
+    def unpack(self, seq: int, value: bytes) -> StoredArticle:
+        return _unpack_record(seq, value, self.num_perm)
+
     def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
                max_distance: int = 64) -> Lookup:
         """Members of the signature's LSH buckets, and every SimHash within ``max_distance`` bits.
