@@ -25,7 +25,7 @@ from .html_text import html_to_text
 from .minhash import MinHasher, signature_numpy
 from .record import Article
 from .simhash import simhash_numpy
-from .text import blank_non_word, char_tokens, has_no_boundary_script, normalize, tokenize
+from .text import ascii_equivalent, blank_non_word, char_tokens, has_no_boundary_script, normalize, tokenize
 
 _WIRE_VERSION = 1
 _HEADER = struct.Struct(">BHQI16s")  # version, num_perm, simhash, n_shingles, exact hash
@@ -85,13 +85,15 @@ class Fingerprinter:
         non-word characters blanked and runs of spaces folded to one, so k-shingles are
         character k-grams.
         """
-        if not is_html and not self.config.char_shingles and text.isascii():
-            # NFKC leaves ASCII unchanged and casefold is lower() there: skip both
-            return kernels.token_hashes_utf8(np.frombuffer(text.encode("ascii").lower(), dtype=np.uint8),
-                                             kernels.WORD_BYTES, self.config.seed)
-        norm = self.plain_text(text, is_html)
         if self.config.char_shingles:
-            return self.tokens.hashes(char_tokens(norm))
+            return self.tokens.hashes(char_tokens(self.plain_text(text, is_html)))
+        if is_html:
+            text = html_to_text(text)
+        raw = ascii_equivalent(text)
+        if raw is not None:  # NFKC leaves ASCII unchanged and casefold is lower() there: skip both
+            return kernels.token_hashes_utf8(np.frombuffer(raw, dtype=np.uint8), kernels.WORD_BYTES,
+                                             self.config.seed)
+        norm = normalize(text)
         if norm.isascii():
             buf = norm.encode("ascii")
         else:

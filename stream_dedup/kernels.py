@@ -133,6 +133,37 @@ def token_hashes_utf8(buf, word, seed):
     return out[:count]
 
 
+@njit(cache=True)
+def ascii_fold(buf, blank):
+    """ASCII-lowercased copy of UTF-8 ``buf`` with every character flagged in ``blank`` (a bool
+    table over the Basic Multilingual Plane) turned into spaces; ``(False, ...)`` as soon as any
+    other non-ASCII character appears (the caller then takes the full Unicode path)."""
+    n = buf.shape[0]
+    out = np.empty(n, dtype=np.uint8)
+    i = 0
+    while i < n:
+        c = buf[i]
+        if c < 0x80:
+            out[i] = c + 32 if 65 <= c <= 90 else c
+            i += 1
+            continue
+        if c >= 0xF0 or c < 0xC0:  # 4-byte sequences (beyond the BMP) or a stray continuation byte
+            return False, out
+        width = 2 if c < 0xE0 else 3
+        if i + width > n:
+            return False, out
+        if width == 2:
+            cp = ((np.int64(c) & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F)
+        else:
+            cp = ((np.int64(c) & 0x0F) << 12) | ((np.int64(buf[i + 1]) & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F)
+        if not blank[cp]:
+            return False, out
+        for j in range(width):
+            out[i + j] = 32
+        i += width
+    return True, out
+
+
 @njit(cache=True, inline="always")
 def _minhash_update(x, a_lo, a_hi, b, mins):
     """mins[j] = min(mins[j], (a_j * x + b_j) mod (2^61 - 1)) for every j, exactly (x < 2^32)."""

@@ -17,6 +17,7 @@ from stream_dedup.config import EngineConfig
 from stream_dedup.fingerprint import Fingerprint, Fingerprinter
 from stream_dedup.html_text import html_to_text
 from stream_dedup.record import Article
+from stream_dedup.text import COMMON_NON_WORD, ascii_equivalent
 
 PINNED_TEXT = ("Streaming near-duplicate detection: the quick brown fox jumps over the lazy dog, "
                "while 3 reporters file the same story twice. Naïve façade, Straße, ﬁnance!")
@@ -114,6 +115,23 @@ def test_kernel_equals_reference_other_configs(config: EngineConfig) -> None:
                                                           "ﬁ", "Ａ", "42", "_"]), max_size=80).map(" ".join))
 def test_property_kernel_equals_reference(text: str) -> None:
     assert DEFAULT.fingerprint_text(text) == DEFAULT.fingerprint_reference(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["The", "news", "A1", "x_y", " ", ".", "\n", "Ab"]) | st.sampled_from(COMMON_NON_WORD)
+                | st.characters(), max_size=60).map("".join))
+def test_common_punctuation_fast_path_equals_reference(text: str) -> None:
+    """Blanking the common non-ASCII punctuation (the ASCII fast path) gives the reference tokens."""
+    assert DEFAULT.fingerprint_text(text) == DEFAULT.fingerprint_reference(text)
+
+
+def test_common_punctuation_set_excludes_characters_with_word_forms() -> None:
+    assert "\u2014" in COMMON_NON_WORD and "\u201c" in COMMON_NON_WORD and "\ufffd" in COMMON_NON_WORD
+    assert "\u2122" not in COMMON_NON_WORD and "\u00bd" not in COMMON_NON_WORD  # NFKC: "TM", "1/2"
+    assert ascii_equivalent("caf\u00e9 \u2014 ok") is None
+    assert ascii_equivalent("\u201cQuoted\u201d \u2014 ok\u2026") == b"   quoted        ok   "
+    assert ascii_equivalent("Plain ASCII") == b"plain ascii"
+    assert ascii_equivalent("\U0001f600 beyond the BMP") is None
 
 
 def test_fingerprint_of_article() -> None:

@@ -103,3 +103,18 @@ def test_sketch_counts_repeated_shingles_once() -> None:
 def test_count_distinct_equals_unique(values: list[int]) -> None:
     arr = np.array(values, dtype=np.uint64)
     assert kernels.count_distinct(arr) == len(set(values))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x2100) | st.sampled_from("\u2014\u201c\u201d\u00a0Ab"),
+               max_size=40))
+def test_ascii_fold_equals_python(text: str) -> None:
+    from stream_dedup.text import COMMON_NON_WORD, COMMON_NON_WORD_TABLE
+
+    raw = text.encode("utf-8", "surrogatepass")
+    ok, out = kernels.ascii_fold(np.frombuffer(raw, dtype=np.uint8), COMMON_NON_WORD_TABLE)
+    expected_ok = all(ch.isascii() or ch in COMMON_NON_WORD for ch in text)
+    assert ok == expected_ok
+    if ok:
+        expected = "".join(ch if ch.isascii() else " " * len(ch.encode("utf-8")) for ch in text)
+        assert out.tobytes() == expected.encode("ascii").lower()
