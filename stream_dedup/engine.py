@@ -262,7 +262,7 @@ class Deduplicator:
         if best is None:
             return Decision(id=article_id, type="new", candidates=len(found))
         _, i, j, cont, ham, methods = best
-        art = self.index.unpack(found[i], raw[i])
-        return Decision(id=article_id, type="duplicate-of", duplicate_of=art.root_id, similarity=round(j, 4),
+        matched_id, root_id = self.index.ids(raw[i])
+        return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=round(j, 4),
                         method=methods[0], hamming_distance=ham, containment=round(cont, 4),
-                        matched_id=art.article_id, methods=methods, candidates=len(found))
+                        matched_id=matched_id, methods=methods, candidates=len(found))

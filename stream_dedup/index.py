@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,7 @@ _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, e
 _LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
 _SCHEMA = 3
+_LITTLE_ENDIAN = sys.byteorder == "little"
 _POINTS, _SIMHASH, _TIME = "points", "simhash", "time"
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
@@ -244,14 +246,23 @@ class Index:
             return [], np.zeros(0, dtype=np.int64), [], []
         start, end = _RECORD.size, _RECORD.size + 4 * self.num_perm
         raw = [v for _, v in found]
-        # compare the big-endian bytes as they are: equality survives a consistent byte order
+        # compare the stored big-endian rows as native words with the byte-swapped query: equality
+        # survives a consistent byte order (byteswap is our own uint32 -> >u4 byte order on x86/ARM)
         sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint32).reshape(len(raw), -1)
-        agree = np.count_nonzero(sigs == minhash.astype(">u4").view(np.uint32), axis=1)
+        agree = (sigs == minhash.byteswap()).sum(axis=1)
         unpack = _RECORD.unpack_from
         return [s for s, _ in found], agree, [unpack(v) for v in raw], raw
 
     def unpack(self, seq: int, value: bytes) -> StoredArticle:
         return _unpack_record(seq, value, self.num_perm)
+
+    def ids(self, value: bytes) -> tuple[str, str]:
+        """(article id, cluster root id) of a raw record."""
+        pos = _RECORD.size + 4 * self.num_perm
+        id_len, root_len = _LENGTHS.unpack_from(value, pos)
+        pos += _LENGTHS.size
+        return (value[pos:pos + id_len].decode("utf-8", "surrogatepass"),
+                value[pos + id_len:pos + id_len + root_len].decode("utf-8", "surrogatepass"))
 
     def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
                max_distance: int = 64) -> Lookup:
@@ -264,7 +275,7 @@ class Index:
         farther away are dropped during the scan (Hamming distance is the same on permuted values).
         """
         buckets = self._points.get(bucket_keys) if bucket_keys else []
-        members = b"".join(v for v in buckets if v)
+        members = b"".join([v for v in buckets if v])
         lsh = set(np.frombuffer(members, dtype=">u8").tolist()) if members else set()
         sim: set[int] = set()
         if table_probes:
