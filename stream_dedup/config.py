@@ -69,6 +69,9 @@ class EngineConfig:
     simhash_blocks: int = _opt(5, "SimHash permuted tables: split 64 bits into this many blocks (> k).")
     simhash_min_jaccard: float = _opt(
         0.2, "A SimHash match must also have at least this estimated Jaccard (guards short texts).")
+    index_below_similarity: float = _opt(
+        0.95, "Duplicates at least this similar (estimated Jaccard) to their match are not added to the LSH "
+             "buckets and SimHash tables: a later copy finds their match instead (1 = index every one).")
     max_text_bytes: int = _opt(2_000_000, "Records whose text/html is longer than this (UTF-8 bytes) are rejected.")
     retention: float | None = _opt(
         None, "Evict articles first seen longer ago than this (e.g. 7d, 12h; empty = keep forever).",
@@ -87,7 +90,8 @@ class EngineConfig:
             errors.append("shingle_size must be >= 1")
         if self.char_shingles < 0:
             errors.append("char_shingles must be >= 0")
-        for name in ("lsh_threshold", "jaccard_threshold", "containment_threshold", "simhash_min_jaccard"):
+        for name in ("lsh_threshold", "jaccard_threshold", "containment_threshold", "simhash_min_jaccard",
+                     "index_below_similarity"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 errors.append(f"{name} must be within [0, 1]")
         if (self.lsh_bands > 0) != (self.lsh_rows > 0):

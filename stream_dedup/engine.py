@@ -17,8 +17,11 @@ For each article (already fingerprinted):
 5. The best verified candidate (highest of its Jaccard / containment scores, earliest on ties)
    names the cluster: ``duplicate_of`` is that cluster's first-seen article.
 
-Every article, new or duplicate, is then indexed (a later copy may be closer to a copy than to
-the original), except exact duplicates, which add nothing the index does not already hold.
+Every article is then stored (its id, record and decision). New articles and duplicates that
+differ from their match go into the LSH buckets and SimHash tables too (a later copy may be closer
+to a copy than to the original); exact duplicates and near-copies at least
+``index_below_similarity`` similar to their match do not (anything close to them is close to their
+match: they would add writes, not recall).
 """
 
 from __future__ import annotations
@@ -170,8 +173,19 @@ class Deduplicator:
         self.index.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
                           exact=fp.exact, minhash=fp.minhash, root_id=root_id, decision=decision.to_event(),
                           bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
-                          index_sketches=exact_hit is None and has_shingles, checkpoint=checkpoint)
+                          index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint)
         return decision
+
+    def _adds_to_index(self, decision: Decision, has_shingles: bool) -> bool:
+        """Whether the article's sketches go into the LSH buckets and SimHash tables.
+
+        Not for exact duplicates, empty texts, nor near-copies at least ``index_below_similarity``
+        similar to their match: any later copy of such a near-copy is also close to its match
+        (the decision needs only ``jaccard_threshold``), so indexing it would add writes, not recall.
+        """
+        if not has_shingles or decision.method == "exact":
+            return False
+        return not (decision.is_duplicate and (decision.similarity or 0.0) >= self.config.index_below_similarity)
 
     def checkpoint(self, name: str) -> int | None:
         """The offset last stored with ``decide(..., checkpoint=(name, offset))``."""

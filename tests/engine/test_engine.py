@@ -65,6 +65,31 @@ def test_near_duplicate_by_minhash(dedup: Deduplicator, textgen: SimpleNamespace
     assert d.candidates >= 1
 
 
+@pytest.mark.parametrize("index_below", [0.95, 1.0])
+def test_near_identical_copies_are_not_indexed_yet_their_copies_are_found(
+        tmp_path: Path, textgen: SimpleNamespace, index_below: float) -> None:
+    words = textgen.words(3, 600)
+    near = list(words)
+    near[300] = "changed"                      # J ~ 0.99 with the original
+    later = list(near)
+    for i in (100, 200, 400, 500):
+        later[i] = "edited"                    # close to the near-copy, still close to the original
+    config = EngineConfig(index_below_similarity=index_below)
+    with Deduplicator(config, tmp_path / "s") as d:
+        d.process(art("orig", words, textgen), now=1.0)
+        first = d.process(art("near", near, textgen), now=2.0)
+        assert first.is_duplicate and first.similarity >= 0.95
+        near_record = d.index.article(d.index.seq_of("near"))
+        assert near_record.indexed is (first.similarity < index_below)
+        assert d.index.article(d.index.seq_of("orig")).indexed
+        second = d.process(art("later", later, textgen), now=3.0)
+        assert second.is_duplicate and second.duplicate_of == "orig"
+        if not near_record.indexed:
+            assert second.matched_id == "orig"   # the near-copy is not a candidate: not in the tables
+        # removing the unindexed near-copy leaves nothing of it behind
+        assert d.remove("near") and d.index.seq_of("near") is None
+
+
 def trimmed(words: list[str], fraction: float, seed: int, textgen: SimpleNamespace) -> list[str]:
     return words[: int(fraction * len(words))] + textgen.words(seed + 10_000, 12)  # + a byline
 
