@@ -108,7 +108,7 @@ class Fingerprinter:
         th = self.token_hashes(text, is_html)
         m = self.minhasher
         n, mins, sim = kernels.sketch(th, self.shingle_size, m._a_lo, m._a_hi, m.b)
-        return Fingerprint(minhash=(mins & _M32).astype(np.uint32), simhash=int(sim),
+        return Fingerprint(minhash=mins.astype(np.uint32), simhash=int(sim),  # astype keeps the low 32 bits
                            exact=exact_hash(th, self.config.seed), n_shingles=int(n))
 
     def fingerprint(self, article: Article) -> Fingerprint:

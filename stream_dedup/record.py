@@ -86,11 +86,12 @@ def article_from_object(obj: Any, config: EngineConfig) -> Article:
     if not isinstance(text, str):
         field = config.html_field if is_html else config.text_field
         raise RecordError("wrong_type", f"{field!r} of record {article_id!r} must be a string, not {type(text).__name__}")
-    size = len(text.encode("utf-8", "surrogatepass"))
+    # at most 4 UTF-8 bytes per character: most texts need no encoding to be measured
+    size = len(text) if 4 * len(text) <= config.max_text_bytes else len(text.encode("utf-8", "surrogatepass"))
     if size > config.max_text_bytes:
         raise RecordError("too_large", f"text of record {article_id!r} is {size} bytes, over the limit of "
                                        f"{config.max_text_bytes}")
-    if not text.strip():
+    if not text or text.isspace():
         raise RecordError("missing_text", f"text of record {article_id!r} is empty")
     return Article(id=article_id, text=text, is_html=is_html, title=_optional_str(obj, config.title_field),
                    url=_optional_str(obj, "url"), source=_optional_str(obj, "source"),
