@@ -89,6 +89,12 @@ def _strip_tags(html: str) -> str:
     return _html.unescape(_TAG.sub(" ", text))
 
 
+def _readable(all_parts: list[str], content_parts: list[str], saw_content: bool) -> str:
+    """The text of the ``<article>``/``<main>`` elements when they hold any, else the whole page's."""
+    content = "".join(content_parts)
+    return content if saw_content and content.strip() else "".join(all_parts)
+
+
 def _collapse(text: str) -> str:
     lines = (" ".join(line.split()) for line in text.split("\n"))
     return "\n".join(line for line in lines if line)
@@ -126,14 +132,13 @@ def _lxml_text(html: str) -> str | None:
         else:
             if tag in _CONTENT:
                 content_depth -= 1
-            parts = ["\n", el.tail] if tag in _BLOCK and tag not in _SKIP else [el.tail]
+            parts = ["\n", el.tail] if tag in _BLOCK else [el.tail]  # (skip tags are never blocks)
         for text in parts:
             if text:
                 all_parts.append(text)
                 if content_depth:
                     content_parts.append(text)
-    content = "".join(content_parts)
-    return content if saw_content and content.strip() else "".join(all_parts)
+    return _readable(all_parts, content_parts, saw_content)
 
 
 def html_to_text(html: str) -> str:
@@ -151,6 +156,4 @@ def html_to_text(html: str) -> str:
         parser.close()
     except (AssertionError, ValueError, IndexError):
         return _collapse(_strip_tags(html))
-    content = "".join(parser.content_parts)
-    text = content if parser.saw_content and content.strip() else "".join(parser.all_parts)
-    return _collapse(text)
+    return _collapse(_readable(parser.all_parts, parser.content_parts, parser.saw_content))

@@ -109,18 +109,22 @@ def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool
                      orjson.dumps(decision)))
 
 
+def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
+    """(article id, cluster root id, offset of the decision JSON) of a packed record."""
+    pos = _RECORD.size + 4 * num_perm
+    id_len, root_len = _LENGTHS.unpack_from(value, pos)
+    pos += _LENGTHS.size
+    end = pos + id_len + root_len
+    return (value[pos:pos + id_len].decode("utf-8", "surrogatepass"),
+            value[pos + id_len:end].decode("utf-8", "surrogatepass"), end)
+
+
 def _unpack_record(seq: int, value: bytes, num_perm: int) -> StoredArticle:
     first_seen, simhash, n, flags, exact = _RECORD.unpack_from(value)
-    start = _RECORD.size
-    end = start + 4 * num_perm
-    sig = np.frombuffer(value, dtype=">u4", count=num_perm, offset=start).astype(np.uint32)
-    id_len, root_len = _LENGTHS.unpack_from(value, end)
-    pos = end + _LENGTHS.size
-    article_id = value[pos:pos + id_len].decode("utf-8", "surrogatepass")
-    pos += id_len
-    root_id = value[pos:pos + root_len].decode("utf-8", "surrogatepass")
+    sig = np.frombuffer(value, dtype=">u4", count=num_perm, offset=_RECORD.size).astype(np.uint32)
+    article_id, root_id, decision_at = _record_ids(value, num_perm)
     return StoredArticle(seq, article_id, root_id, first_seen, simhash, n, exact,
-                         bool(flags & FLAG_INDEXED), sig, value[pos + root_len:])
+                         bool(flags & FLAG_INDEXED), sig, value[decision_at:])
 
 
 def _u64(n: int) -> bytes:
@@ -133,7 +137,7 @@ def _id_key(article_id: str) -> bytes:
     return b"I" + mmh3.hash64(raw, _ID_SEED, signed=False)[0].to_bytes(8, "big") + raw
 
 
-def _table_options(base: Options, cache: Cache, prefix: int | None, memtable: MemtableFactory | None) -> Options:
+def _table_options(cache: Cache, prefix: int | None, memtable: MemtableFactory | None) -> Options:
     opts = Options(raw_mode=True)
     table = BlockBasedOptions()
     table.set_bloom_filter(10, False)          # absent keys (most ids, buckets) skip SST reads
@@ -163,15 +167,15 @@ class Index:
         # whole bytes of the permuted fingerprint that every probe's key covers
         self.table_prefix_bits = min(_MAX_TABLE_PREFIX_BITS, table_key_bits) // 8 * 8
         cache = Cache(cache_bytes)
-        opts = _table_options(Options(raw_mode=True), cache, None, None)
+        opts = _table_options(cache, None, None)
         opts.create_if_missing(True)
         opts.create_missing_column_families(True)
         opts.increase_parallelism(max(1, min(4, os.cpu_count() or 1)))
         opts.set_allow_concurrent_memtable_write(False)  # required by the hash memtables (one writer)
         families = {
-            _POINTS: _table_options(opts, cache, _POINT_PREFIX, MemtableFactory.hash_link_list(1 << 20)),
-            _SIMHASH: _table_options(opts, cache, 1 + self.table_prefix_bits // 8, MemtableFactory.hash_skip_list(1 << 20, 4, 4)),
-            _TIME: _table_options(opts, cache, None, None),
+            _POINTS: _table_options(cache, _POINT_PREFIX, MemtableFactory.hash_link_list(1 << 20)),
+            _SIMHASH: _table_options(cache, 1 + self.table_prefix_bits // 8, MemtableFactory.hash_skip_list(1 << 20, 4, 4)),
+            _TIME: _table_options(cache, None, None),
         }
         self.db = Rdict(str(self.path), opts, column_families=families)
         self._points = self.db.get_column_family(_POINTS)
@@ -237,8 +241,8 @@ class Index:
         """Candidates' agreement with ``minhash`` without decoding whole records.
 
         Returns the seqs still indexed, per candidate the number of equal signature rows, its record
-        header ``(first_seen, simhash, n_shingles, flags, exact)``, and the raw records (decode one
-        with :meth:`unpack`).
+        header ``(first_seen, simhash, n_shingles, flags, exact)``, and the raw records (read the ids
+        of one with :meth:`ids`).
         """
         values = self._points.get([b"A" + _u64(s) for s in seqs])
         found = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
@@ -246,23 +250,15 @@ class Index:
             return [], np.zeros(0, dtype=np.int64), [], []
         start, end = _RECORD.size, _RECORD.size + 4 * self.num_perm
         raw = [v for _, v in found]
-        # compare the stored big-endian rows as native words with the byte-swapped query: equality
-        # survives a consistent byte order (byteswap is our own uint32 -> >u4 byte order on x86/ARM)
+        # compare the stored big-endian rows as native words with the query in the same byte order
         sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint32).reshape(len(raw), -1)
-        agree = (sigs == minhash.byteswap()).sum(axis=1)
+        agree = (sigs == (minhash.byteswap() if _LITTLE_ENDIAN else minhash)).sum(axis=1)
         unpack = _RECORD.unpack_from
         return [s for s, _ in found], agree, [unpack(v) for v in raw], raw
 
-    def unpack(self, seq: int, value: bytes) -> StoredArticle:
-        return _unpack_record(seq, value, self.num_perm)
-
     def ids(self, value: bytes) -> tuple[str, str]:
         """(article id, cluster root id) of a raw record."""
-        pos = _RECORD.size + 4 * self.num_perm
-        id_len, root_len = _LENGTHS.unpack_from(value, pos)
-        pos += _LENGTHS.size
-        return (value[pos:pos + id_len].decode("utf-8", "surrogatepass"),
-                value[pos + id_len:pos + id_len + root_len].decode("utf-8", "surrogatepass"))
+        return _record_ids(value, self.num_perm)[:2]
 
     def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
                max_distance: int = 64) -> Lookup:

@@ -23,6 +23,8 @@ import unicodedata
 
 import numpy as np
 
+from .kernels import ascii_fold
+
 _WORD = re.compile(r"\w+")
 # Scripts without spaces between words: Thai, Lao, Myanmar, Khmer, CJK radicals/symbols,
 # Hiragana, Katakana, Bopomofo, CJK unified ideographs (+ext A), compatibility ideographs,
@@ -121,7 +123,5 @@ def ascii_equivalent(text: str) -> bytes | None:
     """
     if text.isascii():
         return text.encode("ascii").lower()
-    from .kernels import ascii_fold
-
     ok, out = ascii_fold(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8), COMMON_NON_WORD_TABLE)
     return out.tobytes() if ok else None

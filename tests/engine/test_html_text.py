@@ -137,7 +137,7 @@ def test_deeply_nested_markup_keeps_all_text(depth: int) -> None:
 
 def test_lxml_and_standard_parser_walks_agree_on_the_shared_pages(shared_stream) -> None:
     """The fast lxml walk and the html.parser walk it replaced give the same text on real pages."""
-    from stream_dedup.html_text import _collapse, _Extractor, _lxml_text
+    from stream_dedup.html_text import _collapse, _Extractor, _lxml_text, _readable
 
     pages = [r["html"] for r in shared_stream(10**9)[0] if "html" in r]
     assert pages
@@ -145,6 +145,5 @@ def test_lxml_and_standard_parser_walks_agree_on_the_shared_pages(shared_stream)
         parser = _Extractor()
         parser.feed(page)
         parser.close()
-        content = "".join(parser.content_parts)
-        reference = content if parser.saw_content and content.strip() else "".join(parser.all_parts)
+        reference = _readable(parser.all_parts, parser.content_parts, parser.saw_content)
         assert _collapse(_lxml_text(page)) == _collapse(reference)
