@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -117,6 +116,8 @@ def create_topics(admin, names: Iterable[str], partitions: int = 1, timeout: flo
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
+    from stream_dedup.service.topics import wait_for_leaders
+
     names = list(names)
     if not names:
         return names
@@ -130,20 +131,8 @@ def create_topics(admin, names: Iterable[str], partitions: int = 1, timeout: flo
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise RuntimeError(f"creating topic {name!r} failed: {exc}") from exc
 
-    deadline = time.monotonic() + timeout
-    pending = set(names)
-    while True:
-        metadata = admin.list_topics(timeout=10)
-        for name in list(pending):
-            topic = metadata.topics.get(name)
-            if (topic is not None and topic.error is None and len(topic.partitions) >= partitions
-                    and all(p.leader >= 0 and p.error is None for p in topic.partitions.values())):
-                pending.discard(name)
-        if not pending:
-            return names
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topics without a leader after {timeout}s: {sorted(pending)}")
-        time.sleep(0.2)
+    wait_for_leaders(admin, names, timeout, min_partitions=partitions)
+    return names
 
 
 def delete_topics(admin, names: Iterable[str], timeout: float = 30.0) -> None:

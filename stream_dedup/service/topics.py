@@ -86,17 +86,18 @@ def _create(admin: AdminClient, specs: dict[str, tuple[int, dict[str, str]]], ti
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise TopicError(f"cannot create topic {name!r}: {exc}") from exc
-    _wait_for_leaders(admin, list(specs), timeout)
+    wait_for_leaders(admin, list(specs), timeout)
 
 
-def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
+def wait_for_leaders(admin: AdminClient, names: list[str], timeout: float, min_partitions: int = 1) -> None:
+    """Wait until each topic has at least ``min_partitions`` partitions, every one with a leader."""
     deadline = time.monotonic() + timeout
     pending = set(names)
     while pending:
         metadata = admin.list_topics(timeout=10)
         for name in list(pending):
             t = metadata.topics.get(name)
-            if t is not None and t.error is None and t.partitions and all(
+            if t is not None and t.error is None and len(t.partitions) >= max(1, min_partitions) and all(
                     p.leader >= 0 and p.error is None for p in t.partitions.values()):
                 pending.discard(name)
         if pending:
