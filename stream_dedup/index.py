@@ -62,6 +62,7 @@ from rocksdict import (
 _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
 _TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
+_TABLE_SEEK = struct.Struct(">BQ")    # table, permuted simhash masked to the table's key
 _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
 _LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
@@ -278,13 +279,14 @@ class Index:
         if table_probes:
             prefix_mask = ((1 << self.table_prefix_bits) - 1) << (64 - self.table_prefix_bits)
             by_prefix = ordered = None
+            seek_key = _TABLE_SEEK.pack
             for table, query, mask in table_probes:
                 want = query & mask
                 if mask & prefix_mask == prefix_mask:
                     it = by_prefix = by_prefix or self._tables.iter(self._probe_read)
                 else:  # a key shorter than the hashed prefix: a (slower) total-order scan
                     it = ordered = ordered or self._tables.iter(self._ordered_read)
-                it.seek(bytes((table,)) + _u64(want))
+                it.seek(seek_key(table, want))
                 while it.valid():
                     key = it.key()
                     permuted = _U64.unpack_from(key, 1)[0]

@@ -5,6 +5,8 @@ tests compare it with bit for bit:
   ``mmh3.hash64(data, seed, signed=False)[0]``) of every token of a UTF-8 buffer, where a token is
   a maximal run of word bytes (ASCII letters, digits, ``_`` and every byte >= 0x80: the caller has
   already replaced non-word non-ASCII characters by spaces). One pass, no Python objects per token.
+* :func:`permute_blocks`: a SimHash rearranged for every permuted table (twin:
+  :meth:`stream_dedup.simhash.PermutedTables.permute`).
 * :func:`sketch`: word k-shingle hashes (see :mod:`stream_dedup.hashing`), their distinct values,
   the exact MinHash minima (see :mod:`stream_dedup.minhash`) and the SimHash (see
   :mod:`stream_dedup.simhash`), in one call.
@@ -203,6 +205,19 @@ def simhash64(features):
         if 2 * votes[bit] > features.shape[0]:
             fp |= one << np.uint64(bit)
     return fp
+
+
+@njit(cache=True)
+def permute_blocks(fp, src, mask, dst):
+    """``out[t] = OR over i of ((fp >> src[t, i]) & mask[t, i]) << dst[t, i]``: the SimHash ``fp``
+    (uint64) rearranged block by block for every permuted table ``t``."""
+    out = np.zeros(src.shape[0], dtype=np.uint64)
+    for t in range(src.shape[0]):
+        v = np.uint64(0)
+        for i in range(src.shape[1]):
+            v |= ((fp >> src[t, i]) & mask[t, i]) << dst[t, i]
+        out[t] = v
+    return out
 
 
 @njit(cache=True)

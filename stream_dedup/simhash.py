@@ -24,6 +24,8 @@ from math import comb
 
 import numpy as np
 
+from .kernels import permute_blocks, simhash64
+
 _SHIFTS = np.arange(64, dtype=np.uint64)
 
 
@@ -38,8 +40,6 @@ def simhash_numpy(features: np.ndarray) -> int:
 
 def simhash(features: np.ndarray) -> int:
     """64-bit SimHash of uint64 features (term-frequency weights: repeat a feature to weight it)."""
-    from .kernels import simhash64
-
     return int(simhash64(np.ascontiguousarray(features, dtype=np.uint64)))
 
 
@@ -76,7 +76,9 @@ class PermutedTables:
             self.key_bits.append(sum(self.widths[i] for i in key_blocks))
         full = (1 << bits) - 1
         self.key_masks = [full ^ ((1 << (bits - m)) - 1) for m in self.key_bits]
-        self._permute_all = self._compile_permute_all()
+        # the plans as arrays [table, block] for the compiled permute_all
+        self._src, self._mask, self._dst = (np.array([[step[i] for step in plan] for plan in self._plans],
+                                                     dtype=np.uint64) for i in range(3))
 
     def __len__(self) -> int:
         return len(self.tables)
@@ -89,18 +91,8 @@ class PermutedTables:
         return out
 
     def permute_all(self, fp: int) -> list[int]:
-        """``[permute(fp, t) for every table t]`` in one call (a generated expression: the hot path)."""
-        return self._permute_all(fp)
-
-    def _compile_permute_all(self):  # noqa: ANN202
-        tables = []
-        for plan in self._plans:
-            terms = [f"((fp >> {src}) & {mask:#x}) << {dst}" if dst else f"(fp >> {src}) & {mask:#x}"
-                     for src, mask, dst in plan]
-            tables.append(" | ".join(terms))
-        namespace: dict = {}
-        exec(f"def permute_all(fp):\n    return [{', '.join(tables)}]\n", namespace)  # noqa: S102
-        return namespace["permute_all"]
+        """``[permute(fp, t) for every table t]`` in one compiled call (the hot path)."""
+        return permute_blocks(np.uint64(fp), self._src, self._mask, self._dst).tolist()
 
     def unpermute(self, permuted: int, table: int) -> int:
         out = 0
