@@ -33,7 +33,8 @@ class RecordError(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True)
+# slots, not frozen: one is built per article on the hot path (frozen costs ~0.1 us per field); read-only by convention
+@dataclass(slots=True)
 class Article:
     id: str
     text: str
