@@ -101,18 +101,19 @@ def article_from_object(obj: Any, config: EngineConfig) -> Article:
 
 def parse_record(raw: bytes | str, config: EngineConfig) -> Article:
     """Decode and validate one record (bytes must be UTF-8 JSON)."""
-    if isinstance(raw, bytes | bytearray | memoryview):
+    if isinstance(raw, bytearray | memoryview):
         raw = bytes(raw)
-        # A record far over the text limit is rejected before decoding it.
-        if len(raw) > 2 * config.max_text_bytes + 65536:
-            raise RecordError("too_large", f"record is {len(raw)} bytes, over the limit")
-        try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise RecordError("invalid_utf8", f"record is not valid UTF-8: {e}") from None
+    # A record far over the text limit is rejected before decoding it.
+    if isinstance(raw, bytes) and len(raw) > 2 * config.max_text_bytes + 65536:
+        raise RecordError("too_large", f"record is {len(raw)} bytes, over the limit")
     try:
-        obj = orjson.loads(raw)
+        obj = orjson.loads(raw)  # bytes: orjson validates the UTF-8 itself, no str copy first
     except orjson.JSONDecodeError as e:
+        if isinstance(raw, bytes):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as ue:
+                raise RecordError("invalid_utf8", f"record is not valid UTF-8: {ue}") from None
         if "surrogate" in str(e).lower():
             raise RecordError("invalid_utf8", f"record is not valid Unicode: {e}") from None
         raise RecordError("invalid_json", f"record is not valid JSON: {e}") from None
