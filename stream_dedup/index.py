@@ -59,6 +59,8 @@ from rocksdict import (
     WriteOptions,
 )
 
+from .kernels import equal_counts
+
 _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
 _TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
@@ -254,8 +256,8 @@ class Index:
         start, end = _RECORD.size, _RECORD.size + 4 * self.num_perm
         raw = [v for _, v in found]
         # compare the stored big-endian rows as native words with the query in the same byte order
-        sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint32).reshape(len(raw), -1)
-        agree = (sigs == (minhash.byteswap() if _LITTLE_ENDIAN else minhash)).sum(axis=1)
+        sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint32)
+        agree = equal_counts(sigs, minhash.byteswap() if _LITTLE_ENDIAN else minhash)
         unpack = _RECORD.unpack_from
         return [s for s, _ in found], agree, [unpack(v) for v in raw], raw
 

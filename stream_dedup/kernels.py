@@ -7,6 +7,7 @@ tests compare it with bit for bit:
   already replaced non-word non-ASCII characters by spaces). One pass, no Python objects per token.
 * :func:`permute_blocks`: a SimHash rearranged for every permuted table (twin:
   :meth:`stream_dedup.simhash.PermutedTables.permute`).
+* :func:`equal_counts`: agreeing rows of stored signatures (twin: numpy ``==`` and ``sum``).
 * :func:`sketch`: word k-shingle hashes (see :mod:`stream_dedup.hashing`), their distinct values,
   the exact MinHash minima (see :mod:`stream_dedup.minhash`) and the SimHash (see
   :mod:`stream_dedup.simhash`), in one call.
@@ -217,6 +218,20 @@ def permute_blocks(fp, src, mask, dst):
         for i in range(src.shape[1]):
             v |= ((fp >> src[t, i]) & mask[t, i]) << dst[t, i]
         out[t] = v
+    return out
+
+
+@njit(cache=True)
+def equal_counts(rows, query):
+    """``out[i]`` = how many ``j`` have ``rows[i * n + j] == query[j]`` (``n = len(query)``): the
+    agreeing MinHash rows of each stored signature in the flat array ``rows``."""
+    n = query.shape[0]
+    out = np.zeros(rows.shape[0] // n, dtype=np.int64)
+    for i in range(out.shape[0]):
+        c = 0
+        for j in range(n):
+            c += rows[i * n + j] == query[j]
+        out[i] = c
     return out
 
 

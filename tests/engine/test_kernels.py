@@ -118,3 +118,14 @@ def test_ascii_fold_equals_python(text: str) -> None:
     if ok:
         expected = "".join(ch if ch.isascii() else " " * len(ch.encode("utf-8")) for ch in text)
         assert out.tobytes() == expected.encode("ascii").lower()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 16), st.integers(0, 6), st.data())
+def test_equal_counts_equals_numpy(n: int, rows: int, data: st.DataObject) -> None:
+    # a small alphabet so that equal positions are common
+    values = st.lists(st.integers(0, 3), min_size=n * rows, max_size=n * rows)
+    flat = np.array(data.draw(values), dtype=np.uint32)
+    query = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.uint32)
+    expected = (flat.reshape(rows, n) == query).sum(axis=1)
+    assert kernels.equal_counts(flat, query).tolist() == expected.tolist()
