@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .config import EngineConfig
 from .fingerprint import Fingerprint, Fingerprinter
 from .index import BUCKET, Index, StoredArticle
@@ -149,6 +151,7 @@ class Deduplicator:
         permuted: list[int] = []
         has_shingles = fp.n_shingles > 0
         decision: Decision
+        sig = fp.minhash.astype(">u4")  # the stored byte order, converted once for keys, verification, record
         exact_seq = self.index.exact_match(fp.exact)
         exact_hit = self.index.article(exact_seq) if exact_seq is not None else None
         if exact_hit is not None:
@@ -159,7 +162,7 @@ class Deduplicator:
         else:
             if has_shingles:
                 permuted = self.tables.permute_all(fp.simhash)
-                bucket_keys = self.banding.keys(fp.minhash, BUCKET)
+                bucket_keys = self.banding.keys(sig, BUCKET)
                 probes = list(zip(range(len(permuted)), permuted, self.tables.key_masks, strict=True))
                 lookup = self.index.lookup(bucket_keys, probes, c.simhash_k)
                 buckets = lookup.buckets
@@ -169,10 +172,10 @@ class Deduplicator:
                     found |= set(sorted(lookup.lsh - found)[: MAX_VERIFY - len(found)])
             else:
                 found = set()
-            decision = self._verify(article_id, fp, sorted(found))
+            decision = self._verify(article_id, fp, sig, sorted(found))
             root_id = decision.duplicate_of if decision.is_duplicate else article_id
         self.index.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
-                          exact=fp.exact, minhash=fp.minhash, root_id=root_id, decision=decision.to_event(),
+                          exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_event(),
                           bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
                           index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint)
         return decision
@@ -252,11 +255,11 @@ class Deduplicator:
         permuted = self.tables.permute_all(art.simhash) if art.indexed else []
         self.index.delete(art, bucket_keys, permuted)
 
-    def _verify(self, article_id: str, fp: Fingerprint, seqs: list[int]) -> Decision:
+    def _verify(self, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int]) -> Decision:
         if not seqs:
             return Decision(id=article_id, type="new")
         c = self.config
-        found, agree, headers, raw = self.index.compare(seqs, fp.minhash)
+        found, agree, headers, raw = self.index.compare(seqs, sig)
         if not found:
             return Decision(id=article_id, type="new", candidates=len(seqs))
         n = fp.n_shingles

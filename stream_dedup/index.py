@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +68,6 @@ _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, e
 _LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
 _SCHEMA = 3
-_LITTLE_ENDIAN = sys.byteorder == "little"
 _POINTS, _SIMHASH, _TIME = "points", "simhash", "time"
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
@@ -109,7 +107,7 @@ def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool
     aid = article_id.encode("utf-8", "surrogatepass")
     rid = root_id.encode("utf-8", "surrogatepass")
     return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
-                     minhash.astype(">u4").tobytes(), _LENGTHS.pack(len(aid), len(rid)), aid, rid,
+                     minhash.astype(">u4", copy=False).tobytes(), _LENGTHS.pack(len(aid), len(rid)), aid, rid,
                      orjson.dumps(decision)))
 
 
@@ -195,6 +193,7 @@ class Index:
         self._probe_read.set_prefix_same_as_start(True)
         self._ordered_read = ReadOptions()
         self._ordered_read.set_total_order_seek(True)
+        self._last_id: tuple[str | None, bytes] = (None, b"")
         self._check_settings(settings)
         state = self.db.get(b"Mstate")
         self.next_seq, self.count = (0, 0) if state is None else _STATE.unpack(state)
@@ -224,8 +223,14 @@ class Index:
         return +counts
 
     # -- reads ------------------------------------------------------------------------------
+    def _cached_id_key(self, article_id: str) -> bytes:
+        """:func:`_id_key`, remembered for the last id (``seq_of`` then ``insert`` ask for the same)."""
+        if self._last_id[0] != article_id:
+            self._last_id = (article_id, _id_key(article_id))
+        return self._last_id[1]
+
     def seq_of(self, article_id: str) -> int | None:
-        v = self._points.get(_id_key(article_id))
+        v = self._points.get(self._cached_id_key(article_id))
         return None if v is None else _U64.unpack(v)[0]
 
     def exact_match(self, exact: bytes) -> int | None:
@@ -245,6 +250,8 @@ class Index:
     def compare(self, seqs: list[int], minhash: np.ndarray) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
         """Candidates' agreement with ``minhash`` without decoding whole records.
 
+        ``minhash`` is any uint32 array (a big-endian one, as stored, is compared without a copy).
+
         Returns the seqs still indexed, per candidate the number of equal signature rows, its record
         header ``(first_seen, simhash, n_shingles, flags, exact)``, and the raw records (read the ids
         of one with :meth:`ids`).
@@ -257,7 +264,7 @@ class Index:
         raw = [v for _, v in found]
         # compare the stored big-endian rows as native words with the query in the same byte order
         sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint32)
-        agree = equal_counts(sigs, minhash.byteswap() if _LITTLE_ENDIAN else minhash)
+        agree = equal_counts(sigs, minhash.astype(">u4", copy=False).view(np.uint32))
         unpack = _RECORD.unpack_from
         return [s for s, _ in found], agree, [unpack(v) for v in raw], raw
 
@@ -281,12 +288,13 @@ class Index:
         sim: set[int] = set()
         if table_probes:
             prefix_mask = ((1 << self.table_prefix_bits) - 1) << (64 - self.table_prefix_bits)
-            by_prefix = ordered = None
+            by_prefix = self._tables.iter(self._probe_read)
+            ordered = None
             seek_key = _TABLE_SEEK.pack
             for table, query, mask in table_probes:
                 want = query & mask
                 if mask & prefix_mask == prefix_mask:
-                    it = by_prefix = by_prefix or self._tables.iter(self._probe_read)
+                    it = by_prefix
                 else:  # a key shorter than the hashed prefix: a (slower) total-order scan
                     it = ordered = ordered or self._tables.iter(self._ordered_read)
                 it.seek(seek_key(table, want))
@@ -318,7 +326,7 @@ class Index:
         put = wb.put
         put(b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
                                        article_id, root_id, decision), points)
-        put(_id_key(article_id), s8, points)
+        put(self._cached_id_key(article_id), s8, points)
         put(_u64(int(first_seen * 1000)) + s8, b"", self._cf[_TIME])
         if index_sketches:
             put(b"X" + exact, s8, points)
@@ -346,7 +354,7 @@ class Index:
         s8 = _u64(art.seq)
         wb.delete(b"A" + s8, points)
         if self.seq_of(art.article_id) == art.seq:
-            wb.delete(_id_key(art.article_id), points)
+            wb.delete(self._cached_id_key(art.article_id), points)
         wb.delete(_u64(int(art.first_seen * 1000)) + s8, self._cf[_TIME])
         if art.indexed:
             if self.exact_match(art.exact) == art.seq:

@@ -89,8 +89,11 @@ class Banding:
         return t
 
     def keys(self, sig32: np.ndarray, prefix: bytes = b"") -> list[bytes]:
-        """One key per band: ``prefix || band (u16 BE) || rows (r x uint32 BE)``."""
+        """One key per band: ``prefix || band (u16 BE) || rows (r x uint32 BE)``.
+
+        ``sig32`` is any uint32 array; a big-endian one (``astype(">u4")``) is used without a copy.
+        """
         out = self._template(prefix).copy()
         n = self.bands * self.rows
-        out[:, len(prefix) + 2:] = sig32[:n].astype(">u4").view(np.uint8).reshape(self.bands, 4 * self.rows)
+        out[:, len(prefix) + 2:] = sig32[:n].astype(">u4", copy=False).view(np.uint8).reshape(self.bands, 4 * self.rows)
         return out.view(f"V{out.shape[1]}").ravel().tolist()  # one bytes object per row, in one call
