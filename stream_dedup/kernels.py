@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 C1 = np.uint64(0x87C37B91114253D5)
 C2 = np.uint64(0x4CF5AD432745937F)
@@ -48,60 +49,65 @@ def _load64(buf, i):
     return v
 
 
-@njit(cache=True)
-def murmur3_64(buf, start, end, seed):
-    """First 64 bits of MurmurHash3_x64_128(buf[start:end], seed)."""
-    c1 = np.uint64(0x87C37B91114253D5)
-    c2 = np.uint64(0x4CF5AD432745937F)
+@njit(cache=True, inline="always")
+def _mix_k1(k1):
+    k1 *= C1
+    k1 = _rotl(k1, 31)
+    return k1 * C2
+
+
+@njit(cache=True, inline="always")
+def _mix_k2(k2):
+    k2 *= C2
+    k2 = _rotl(k2, 33)
+    return k2 * C1
+
+
+@njit(cache=True, inline="always")
+def _low_bytes(v, count):
+    """The ``count`` (0..8) least significant bytes of ``v``: the first ``count`` bytes of a load."""
+    return v & ((np.uint64(1) << np.uint64(8 * count)) - np.uint64(1)) if count < 8 else v
+
+
+@njit(cache=True, inline="always")
+def _murmur3_64_padded(buf, start, end, seed):
+    """First 64 bits of MurmurHash3_x64_128(buf[start:end], seed), for a ``buf`` readable for 16
+    bytes past ``end``: the tail is one or two whole 8-byte loads cut to length, not a byte loop."""
     n = end - start
     h1 = np.uint64(seed)
     h2 = np.uint64(seed)
-    nblocks = n // 16
-    for blk in range(nblocks):
-        i = start + blk * 16
-        k1 = _load64(buf, i)
-        k2 = _load64(buf, i + 8)
-        k1 *= c1
-        k1 = _rotl(k1, 31)
-        k1 *= c2
-        h1 ^= k1
+    i = start
+    for _ in range(n >> 4):
+        h1 ^= _mix_k1(_load64(buf, i))
         h1 = _rotl(h1, 27)
         h1 += h2
         h1 = h1 * np.uint64(5) + np.uint64(0x52DCE729)
-        k2 *= c2
-        k2 = _rotl(k2, 33)
-        k2 *= c1
-        h2 ^= k2
+        h2 ^= _mix_k2(_load64(buf, i + 8))
         h2 = _rotl(h2, 31)
         h2 += h1
         h2 = h2 * np.uint64(5) + np.uint64(0x38495AB5)
-    tail = start + nblocks * 16
+        i += 16
     rem = n & 15
-    k1 = np.uint64(0)
-    k2 = np.uint64(0)
     if rem > 8:
-        for b in range(rem - 1, 7, -1):
-            k2 ^= np.uint64(buf[tail + b]) << np.uint64(8 * (b - 8))
-        k2 *= c2
-        k2 = _rotl(k2, 33)
-        k2 *= c1
-        h2 ^= k2
-    if rem > 0:
-        top = rem - 1 if rem <= 8 else 7
-        for b in range(top, -1, -1):
-            k1 ^= np.uint64(buf[tail + b]) << np.uint64(8 * b)
-        k1 *= c1
-        k1 = _rotl(k1, 31)
-        k1 *= c2
-        h1 ^= k1
+        h2 ^= _mix_k2(_low_bytes(_load64(buf, i + 8), rem - 8))
+        h1 ^= _mix_k1(_load64(buf, i))
+    elif rem > 0:
+        h1 ^= _mix_k1(_low_bytes(_load64(buf, i), rem))
     h1 ^= np.uint64(n)
     h2 ^= np.uint64(n)
     h1 += h2
     h2 += h1
     h1 = _fmix(h1)
     h2 = _fmix(h2)
-    h1 += h2
-    return h1
+    return h1 + h2
+
+
+@njit(cache=True)
+def murmur3_64(buf, start, end, seed):
+    """First 64 bits of MurmurHash3_x64_128(buf[start:end], seed) (as ``mmh3.hash64(...)[0]``)."""
+    padded = np.zeros(end - start + 16, dtype=np.uint8)
+    padded[:end - start] = buf[start:end]
+    return _murmur3_64_padded(padded, 0, end - start, seed)
 
 
 def _word_byte_table() -> np.ndarray:
@@ -117,23 +123,43 @@ WORD_BYTES = _word_byte_table()
 
 @njit(cache=True)
 def token_hashes_utf8(buf, word, seed):
-    """MurmurHash3 (64-bit) of every maximal run of word bytes in ``buf``."""
+    """MurmurHash3 (64-bit) of every maximal run of word bytes in ``buf``.
+
+    Token boundaries come 64 bytes at a time: a bitmask of word bytes, whose run starts
+    (``m & ~(m << 1)``) and ends (``~m & (m << 1)``) are read off with trailing-zero counts, so the
+    scan costs a few operations per byte and per token instead of a branch per byte.
+    """
     n = buf.shape[0]
-    out = np.empty(n // 2 + 1, dtype=np.uint64)
-    count = 0
-    i = 0
-    while i < n:
-        while i < n and not word[buf[i]]:
-            i += 1
-        if i >= n:
-            break
-        j = i
-        while j < n and word[buf[j]]:
-            j += 1
-        out[count] = murmur3_64(buf, i, j, seed)
-        count += 1
-        i = j
-    return out[:count]
+    nchunks = n // 64 + 1  # at least one zero byte is scanned after the text: every run ends
+    padded = np.zeros(nchunks * 64 + 16, dtype=np.uint8)  # (zero is not a word byte)
+    padded[:n] = buf
+    starts = np.empty(n // 2 + 1, dtype=np.int64)
+    ends = np.empty(n // 2 + 1, dtype=np.int64)
+    cs = 0
+    ce = 0
+    one = np.uint64(1)
+    carry = np.uint64(0)  # the last byte of the previous chunk was a word byte
+    for c in range(nchunks):
+        base = c * 64
+        m = np.uint64(0)
+        for b in range(64):
+            m |= np.uint64(word[padded[base + b]]) << np.uint64(b)
+        before = (m << one) | carry
+        s = m & ~before
+        e = ~m & before
+        carry = m >> np.uint64(63)
+        while s:
+            starts[cs] = base + trailing_zeros(s)
+            cs += 1
+            s &= s - one
+        while e:
+            ends[ce] = base + trailing_zeros(e)
+            ce += 1
+            e &= e - one
+    out = np.empty(cs, dtype=np.uint64)
+    for t in range(cs):
+        out[t] = _murmur3_64_padded(padded, starts[t], ends[t], seed)
+    return out
 
 
 @njit(cache=True)

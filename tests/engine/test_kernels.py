@@ -6,6 +6,7 @@ import re
 
 import mmh3
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,17 @@ def test_token_hashes_utf8_equals_split_and_mmh3(data: bytes, seed: int) -> None
     tokens = re.findall(rb"[A-Za-z0-9_\x80-\xff]+", data)
     got = kernels.token_hashes_utf8(np.frombuffer(data, dtype=np.uint8), kernels.WORD_BYTES, seed)
     assert [int(x) for x in got] == [mmh3.hash64(t, seed, signed=False)[0] for t in tokens]
+
+
+@pytest.mark.parametrize("lead", [0, 1, 30, 63, 64, 65])
+@pytest.mark.parametrize("length", [1, 8, 9, 16, 17, 63, 64, 65, 128, 129])
+def test_token_hashes_utf8_tokens_across_and_up_to_64_byte_chunks(lead: int, length: int) -> None:
+    # the scan works 64 bytes at a time: runs that cross a chunk edge or end the buffer exactly on one
+    data = b" " * lead + bytes(97 + i % 26 for i in range(length))
+    for buf in (data, data + b" ", data + b" x"):
+        tokens = re.findall(rb"[a-z]+", buf)
+        got = kernels.token_hashes_utf8(np.frombuffer(buf, np.uint8), kernels.WORD_BYTES, 7)
+        assert [int(x) for x in got] == [mmh3.hash64(t, 7, signed=False)[0] for t in tokens]
 
 
 def test_token_hashes_utf8_worst_case_token_count() -> None:
