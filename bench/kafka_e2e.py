@@ -228,6 +228,8 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--worker-arg", action="append", default=[], help="extra worker flag (repeatable)")
     ap.add_argument("--skip-decision-stage", action="store_true", help="skip measurement 4")
+    ap.add_argument("--latency-trace", type=Path,
+                    help="write the half-rate run's records as CSV: id, produce ms, output event ms, latency ms")
     args = ap.parse_args()
     decide_rate = float("nan")
 
@@ -272,6 +274,12 @@ def main() -> int:
         sent2 = produce(bootstrap, f"{prefix}.articles", rest[:m], rate=rate)
         got2 = collect(bootstrap, out_topics, set(sent2), timeout=600)
         lat = [(got2[k] - sent2[k]) / 1000 for k in sent2 if k in got2]
+        if args.latency_trace:
+            with args.latency_trace.open("w") as f:
+                f.write("id,produced_ms,output_ms,latency_ms\n")
+                for k in sorted(sent2, key=sent2.get):
+                    out = got2.get(k)
+                    f.write(f"{k},{sent2[k]},{'' if out is None else out},{'' if out is None else out - sent2[k]}\n")
         missing2 = set(sent2) - got2.keys()
         if not args.skip_decision_stage:
             print("decision stage alone: signatures written directly, fresh worker ...", flush=True)

@@ -36,11 +36,12 @@ Dead letter (``dlq_topic``)
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+
+import orjson
 
 MAGIC = 0xD5
 VERSION = 1
@@ -107,9 +108,17 @@ class SignatureRecord:
                    source_partition=part, source_offset=offset, timestamp_ms=ts, engine_us=engine_us)
 
 
+_iso_second: tuple[int, str] = (-1, "")
+
+
 def iso_now(now: float) -> str:
-    """Epoch seconds -> ``2024-05-01T12:00:00.123Z``."""
-    return datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    """Epoch seconds -> ``2024-05-01T12:00:00.123Z`` (the date and time part is formatted once a second)."""
+    global _iso_second
+    ms = int(now * 1000)
+    second, milli = divmod(ms, 1000)
+    if _iso_second[0] != second:
+        _iso_second = (second, datetime.fromtimestamp(second, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{_iso_second[1]}.{milli:03d}Z"
 
 
 def output_event(event: dict[str, Any], sig: SignatureRecord, processed_at: float) -> dict[str, Any]:
@@ -122,7 +131,8 @@ def output_event(event: dict[str, Any], sig: SignatureRecord, processed_at: floa
 
 
 def encode_json(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Compact UTF-8 JSON (orjson: non-ASCII characters as themselves, keys in insertion order)."""
+    return orjson.dumps(obj)
 
 
 def _as_bytes(value: Any) -> bytes:

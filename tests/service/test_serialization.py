@@ -80,3 +80,13 @@ def test_dlq_detail_is_truncated_and_timestamp_optional():
                                       offset=0, timestamp_ms=None))
     assert len(h["dlq.detail"]) == MAX_DETAIL and h["dlq.detail"].endswith("...")
     assert h["dlq.source.timestamp"] == ""
+
+
+def test_iso_now_matches_datetime_formatting_across_seconds() -> None:
+    from datetime import datetime, timezone
+
+    for t in (0.0, 0.999, 1.0, 1_700_000_000.123, 1_700_000_000.9995, 1_700_000_001.5, 1_700_000_000.001, 4_102_444_799.75):
+        ms = int(t * 1000)
+        expected = datetime.fromtimestamp(ms // 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+        assert iso_now(t) == expected
+    assert iso_now(1_700_000_000.25) == "2023-11-14T22:13:20.250Z"
