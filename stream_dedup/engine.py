@@ -269,18 +269,17 @@ class Deduplicator:
                                                                     strict=True)):
             cont = containment(j, n, stored_n)
             ham = hamming(fp.simhash, simhash)
-            contained = can_contain and cont >= c.containment_threshold
-            by_simhash = ham <= c.simhash_k and j >= c.simhash_min_jaccard
-            if not (j >= c.jaccard_threshold or contained or by_simhash):
+            hits = (j >= c.jaccard_threshold, can_contain and cont >= c.containment_threshold,
+                    ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
+            if not any(hits):
                 continue
-            key = (max(j, cont if contained else 0.0), -found[i])  # best score, then the earliest
+            key = (max(j, cont if hits[1] else 0.0), -found[i])  # best score, then the earliest
             if best is None or key > best[0]:
-                best = (key, i, j, cont, ham, contained, by_simhash)
+                best = (key, i, j, cont, ham, hits)
         if best is None:
             return Decision(id=article_id, type="new", candidates=len(found))
-        _, i, j, cont, ham, contained, by_simhash = best
-        methods = tuple(m for m, hit in (("minhash", j >= c.jaccard_threshold), ("containment", contained),
-                                         ("simhash", by_simhash)) if hit)
+        _, i, j, cont, ham, hits = best
+        methods = tuple(m for m, hit in zip(("minhash", "containment", "simhash"), hits, strict=True) if hit)
         matched_id, root_id = self.index.ids(raw[i])
         return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=round(j, 4),
                         method=methods[0], hamming_distance=ham, containment=round(cont, 4),

@@ -23,7 +23,6 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 C1 = np.uint64(0x87C37B91114253D5)
 C2 = np.uint64(0x4CF5AD432745937F)
-_MASK = (1 << 64) - 1
 
 
 @njit(cache=True, inline="always")
