@@ -1,0 +1,105 @@
+"""Where the engine's time goes per article, stage by stage, on one core.
+
+    python bench/stages.py [--data ../shared/data] [--limit N]
+
+Runs ``parse_record`` + ``Deduplicator.process`` over the news stream (as bench/throughput.py
+does) with a timer around each stage's function, and prints the mean microseconds per article
+of each stage and of everything else. The timers add a little overhead (~0.1 us per call), so
+the total is slightly above bench/throughput.py's figure. Figures only, no asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DEFAULT_DATA = ROOT.parent / "shared" / "data"
+
+STAGES = [  # (label, owner attribute path from the Deduplicator, method name)
+    ("tokens + token hashes (HTML, Unicode, MurmurHash3)", "fingerprinter", "token_hashes"),
+    ("id and exact-hash reads", "index", "seq_of"),
+    ("id and exact-hash reads", "index", "exact_match"),
+    ("SimHash permutations", "tables", "permute_all"),
+    ("LSH bucket keys", "banding", "keys"),
+    ("lookups: LSH bucket multi-get + SimHash prefix seeks", "index", "lookup"),
+    ("verification of candidates", "", "_verify"),
+    ("index write (record, ids, buckets, tables: one batch)", "index", "insert"),
+]
+
+
+def _timed(fn: Callable[..., Any], label: str, spent: dict[str, int]) -> Callable[..., Any]:
+    clock = time.perf_counter_ns
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[label] += clock() - t0
+    return wrapper
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--limit", type=int, default=0)
+    args = ap.parse_args()
+    path = args.data / "news_stream.jsonl"
+    if not path.exists():
+        print(f"no shared data at {args.data}", file=sys.stderr)
+        return 2
+    try:
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    except (AttributeError, OSError):
+        pass
+
+    from stream_dedup import fingerprint as fingerprint_module
+    from stream_dedup.config import EngineConfig
+    from stream_dedup.engine import Deduplicator
+    from stream_dedup.record import parse_record
+
+    lines = path.read_bytes().splitlines()
+    lines = lines[:args.limit] if args.limit else lines
+    config = EngineConfig()
+    spent: dict[str, int] = defaultdict(int)
+    with tempfile.TemporaryDirectory() as tmp:
+        with Deduplicator(config, Path(tmp) / "warm") as warm:  # load the compiled kernels first
+            warm.process(parse_record(lines[0], config))
+        with Deduplicator(config, Path(tmp) / "index") as dedup:
+            for label, owner, name in STAGES:
+                target = getattr(dedup, owner) if owner else dedup
+                setattr(target, name, _timed(getattr(target, name), label, spent))
+            # the sketch kernel is called through the fingerprint module's reference to kernels
+            kernels = fingerprint_module.kernels
+            sketch = kernels.sketch
+            kernels.sketch = _timed(sketch, "MinHash + SimHash kernel (sketch)", spent)
+            parse = _timed(parse_record, "JSON parse + record checks", spent)
+            try:
+                t0 = time.perf_counter_ns()
+                for line in lines:
+                    dedup.process(parse(line, config))
+                total = time.perf_counter_ns() - t0
+            finally:
+                kernels.sketch = sketch
+    n = len(lines)
+    print(f"records: {n}  (one core; mean microseconds per article)")
+    print("| stage | us/article |")
+    print("| --- | --- |")
+    for label, ns in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(f"| {label} | {ns / n / 1000:.1f} |")
+    print(f"| everything else (fingerprint and Decision objects, events, Python glue) | {(total - sum(spent.values())) / n / 1000:.1f} |")
+    print(f"| **total** | {total / n / 1000:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
