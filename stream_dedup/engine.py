@@ -125,23 +125,42 @@ class Deduplicator:
         return self._decide(article.id, lambda: self.fingerprint(article), now, checkpoint)
 
     def decide(self, article_id: str, fp: Fingerprint, now: float | None = None,
-               checkpoint: tuple[str, int] | None = None) -> Decision:
+               checkpoint: tuple[str, int] | None = None, receipt: bytes | None = None) -> Decision:
         """Decide on an already fingerprinted article and index it.
 
         ``checkpoint=(name, offset)`` is stored atomically with the article (see
-        :meth:`checkpoint`), so a consumer can tell which input it has applied.
+        :meth:`checkpoint`), so a consumer can tell which input it has applied.  ``receipt``, a
+        token naming this delivery (see :meth:`receipt`), is stored in the same write.
         """
-        return self._decide(article_id, lambda: fp, now, checkpoint)
+        return self._decide(article_id, lambda: fp, now, checkpoint, receipt)
+
+    def receipt(self, token: bytes) -> tuple[int, bool] | None:
+        """``(checkpoint offset, replayed)`` of the delivery ``token`` if it was decided, else None.
+
+        ``replayed`` is the ``seen_before`` of the decision it got.  A consumer that can see one
+        input record twice (at-least-once upstream) uses it to answer each input exactly once.
+        """
+        return self.index.receipt(token)
+
+    def record_receipt(self, token: bytes, checkpoint: tuple[str, int] | None = None) -> None:
+        """Store a receipt (and checkpoint) for a delivery that was not an article (a rejected record)."""
+        self.index.mark(checkpoint, token)
+
+    def decision_of(self, article_id: str) -> Decision | None:
+        """The stored decision of ``article_id`` (``seen_before`` set), or None if it is not indexed."""
+        seq = self.index.seq_of(article_id)
+        art = self.index.article(seq) if seq is not None else None
+        return None if art is None else Decision.from_stored(art.decision)
 
     def _decide(self, article_id: str, fingerprint: Callable[[], Fingerprint], now: float | None,
-                checkpoint: tuple[str, int] | None) -> Decision:
+                checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> Decision:
         """Evict, replay a known id (one index read), else fingerprint, decide and index."""
         c = self.config
         now = time.time() if now is None else now
         self._maybe_evict(now)
         seq = self.index.seq_of(article_id)
         if seq is not None:
-            return self._replay(seq, checkpoint)
+            return self._replay(seq, checkpoint, receipt)
         fp = fingerprint()
         if fp.minhash.shape[0] != c.num_perm:
             raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {c.num_perm}")
@@ -177,7 +196,8 @@ class Deduplicator:
         self.index.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
                           exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_event(),
                           bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
-                          index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint)
+                          index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint,
+                          receipt=receipt)
         return decision
 
     def _adds_to_index(self, decision: Decision, has_shingles: bool) -> bool:
@@ -238,10 +258,10 @@ class Deduplicator:
         self.close()
 
     # -- internals --------------------------------------------------------------------------
-    def _replay(self, seq: int, checkpoint: tuple[str, int] | None) -> Decision:
+    def _replay(self, seq: int, checkpoint: tuple[str, int] | None, receipt: bytes | None) -> Decision:
         art = self.index.article(seq)
-        if checkpoint is not None:
-            self.index.set_checkpoint(*checkpoint)
+        if checkpoint is not None or receipt is not None:
+            self.index.mark(checkpoint, receipt, replayed=True)
         assert art is not None, f"index is missing the record of seq {seq}"
         return Decision.from_stored(art.decision)
 

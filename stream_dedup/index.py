@@ -66,6 +66,7 @@ _TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
 _TABLE_SEEK = struct.Struct(">BQ")    # table, permuted simhash masked to the table's key
 _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
 _LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
+_RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
 _SCHEMA = 3
 _POINTS, _SIMHASH, _TIME = "points", "simhash", "time"
@@ -313,7 +314,7 @@ class Index:
     def insert(self, *, article_id: str, first_seen: float, simhash: int, n_shingles: int, exact: bytes,
                minhash: np.ndarray, root_id: str, decision: dict, bucket_keys: list[bytes],
                buckets: list[bytes | None], permuted: list[int], index_sketches: bool,
-               checkpoint: tuple[str, int] | None) -> int:
+               checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> int:
         """Index one article.
 
         ``bucket_keys`` are its LSH bucket keys (``BUCKET`` + band key) with ``buckets`` their
@@ -339,13 +340,37 @@ class Index:
         self.next_seq = seq + 1
         self.count += 1
         put(b"Mstate", _STATE.pack(self.next_seq, self.count))
-        if checkpoint is not None:
-            put(b"Mckpt:" + checkpoint[0].encode(), _u64(checkpoint[1]))
+        self._put_marks(wb, checkpoint, receipt, False)
         self.db.write(wb)
         return seq
 
-    def set_checkpoint(self, name: str, offset: int) -> None:
-        self.db.put(b"Mckpt:" + name.encode(), _u64(offset))
+    def _put_marks(self, wb: WriteBatch, checkpoint: tuple[str, int] | None, receipt: bytes | None,
+                   replayed: bool) -> None:
+        if checkpoint is not None:
+            wb.put(b"Mckpt:" + checkpoint[0].encode(), _u64(checkpoint[1]))
+        if receipt is not None:
+            offset = checkpoint[1] if checkpoint is not None else 0
+            wb.put(b"R" + receipt, _RECEIPT.pack(offset, 1 if replayed else 0), self._cf[_POINTS])
+
+    def mark(self, checkpoint: tuple[str, int] | None, receipt: bytes | None = None,
+             replayed: bool = False) -> None:
+        """Store a checkpoint and/or a delivery receipt (see :meth:`receipt`) in one atomic write."""
+        wb = WriteBatch(raw_mode=True)
+        self._put_marks(wb, checkpoint, receipt, replayed)
+        self.db.write(wb)
+
+    def receipt(self, token: bytes) -> tuple[int, bool] | None:
+        """``(checkpoint offset, replayed)`` stored with the delivery ``token``, or None.
+
+        A token names one input record (the caller chooses it, e.g. a hash of its topic,
+        partition and offset; its first 8 bytes must be well spread).  It lets a consumer that
+        may see the same input twice tell a second delivery from a first one.
+        """
+        v = self._points.get(b"R" + token)
+        if v is None:
+            return None
+        offset, flags = _RECEIPT.unpack(v)
+        return offset, bool(flags & 1)
 
     def delete(self, art: StoredArticle, bucket_keys: list[bytes], permuted: list[int]) -> None:
         """Remove every key of ``art`` in one atomic write (bucket values are read, so one at a time)."""

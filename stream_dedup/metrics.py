@@ -50,6 +50,9 @@ class Metrics:
         self.consumer_lag = Gauge(
             "stream_dedup_consumer_lag_messages", "Consumer lag per topic partition (high watermark - position).",
             ["topic", "partition"], registry=r)
+        self.redelivered = Counter(
+            "stream_dedup_redelivered_signatures", "Second copies of an input record's signature (stage 1 is "
+            "at-least-once) that the decision stage recognised and answered no more.", registry=r)
         self.ready = Gauge(
             "stream_dedup_ready", "1 when the worker has its partitions assigned and its index open.", registry=r)
 

@@ -114,6 +114,7 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
 
     from . import kafka_config
     from .app import DedupWorker
+    from .decisions import dlq_budget
     from .http import HealthServer
     from .topics import TopicError, ensure_topics
 
@@ -133,10 +134,13 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
         return 1
     log.info("topics: %s", partitions)
 
+    budget = dlq_budget(kafka_config.confluent_config(service), [service.dlq_topic, service.signatures_topic])
+    log.info("dead letters larger than %d bytes are written as references", budget)
+
     loop = _new_event_loop()
     asyncio.set_event_loop(loop)
-    worker = DedupWorker(service, engine)
-    http = HealthServer(worker.metrics.registry, service.metrics_host, int(service.metrics_port),
+    worker = DedupWorker(service, engine, dlq_budget=budget, log_format=LOG_FORMAT)
+    http = HealthServer(worker.registry, service.metrics_host, int(service.metrics_port),
                         liveness=worker.liveness, readiness=worker.readiness)
     code = 0
     # Faust allocates several objects per message: move the start-up heap out of the GC's
@@ -160,7 +164,7 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
         try:
             worker.close()
         except Exception:  # noqa: BLE001
-            log.exception("closing the index failed")
+            log.exception("closing the worker failed")
     if worker.fatal is not None or worker.app.crash_reason is not None:
         return code or 1
     log.info("worker stopped (exit code %d)", code)

@@ -1,18 +1,17 @@
-"""The Faust app: stage 1 (signatures), stage 2 (decisions), timers, readiness.
+"""The Faust app (stage 1), the decision-stage process (stage 2), readiness and metrics.
 
 See :mod:`stream_dedup.service` for the design.  :class:`DedupWorker` builds one
-``faust.App`` with two agents:
+``faust.App`` with one agent, ``stage1``, on the input topic (all partitions, every worker):
+raw bytes -> ``parse_record`` -> ``Fingerprinter.fingerprint`` -> a signature record on the
+single-partition signatures topic; a bad record becomes a *reject record* on the same topic,
+so that its dead letter is written by the decision stage inside a transaction.  The agent reads
+batches with ``stream.noack_take`` and acks a batch's events only after every record produced
+for it has been acknowledged by Kafka (``acks=all``), so Faust's periodic commit never commits
+an offset whose signature is not durable.  A failed send crashes the app without acking: the
+records are redelivered after restart, and the decision stage answers each input record once
+(:mod:`.decisions`).
 
-* ``stage1`` on the input topic (all partitions, every worker): raw bytes ->
-  ``parse_record`` -> ``Fingerprinter.fingerprint`` -> a signature record on the
-  single-partition signatures topic; a bad record goes to the DLQ unchanged.
-* ``stage2`` on ``signatures-0`` (one owner at a time): catch up the local index if it is
-  behind, then ``Deduplicator.decide`` in offset order -> event on the new/duplicates topic.
-
-Both agents read batches with ``stream.noack_take`` and ack the batch's events only after
-every record they produced for it has been acknowledged by Kafka (``acks=all``), so Faust's
-periodic commit never commits an offset whose output is not durable.  A failed send crashes
-the app without acking: the records are redelivered after restart.
+The decision stage runs in a child process (:mod:`.decision_process`), watched by a timer.
 """
 
 from __future__ import annotations
@@ -25,31 +24,26 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from faust.types import TP
 
 from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
 
-from . import catchup, kafka_config, stage1
+from . import kafka_config, stage1
+from .decision_process import DecisionProcess, merge_families
 from .producer import AsyncProducer, producer_config
-from .serialization import SignatureDecodeError, SignatureRecord, dlq_headers, encode_json, output_event
+from .serialization import reject_record
 
 log = logging.getLogger("stream_dedup.service")
 
-#: seconds between retention evictions and between lag/index gauge updates
-EVICT_INTERVAL = 60.0
+#: seconds between lag gauge updates, and between looks at the decision stage
 GAUGE_INTERVAL = 5.0
+WATCH_INTERVAL = 0.5
 #: seconds the producer waits to batch records
 PRODUCER_LINGER = 0.002
 #: longest a consumer fetch may wait on the broker for data (see _patch_fetch_max_wait)
 FETCH_MAX_WAIT_MS = 20
 #: stage-1 batches being fingerprinted or sent at the same time
 STAGE1_PIPELINE = 3
-#: DLQ reasons produced by the worker itself (besides stream_dedup.record.REJECT_REASONS)
-PROCESSING_ERROR = stage1.PROCESSING_ERROR
-#: consecutive records whose decision raised before the worker gives up (disk full, corrupt
-#: index, ...): a single poisonous record goes to the DLQ, a broken engine stops the worker
-MAX_CONSECUTIVE_DECIDE_ERRORS = 10
 
 
 def _patch_fetch_max_wait() -> None:
@@ -176,48 +170,39 @@ class _Acker:
 
 
 class DedupWorker:
-    """One worker process: the Faust app, the engine, the metrics."""
+    """One worker process: the Faust app (stage 1), the decision-stage process, the metrics."""
 
     def __init__(self, service: ServiceConfig, engine: EngineConfig, *, metrics: Metrics | None = None,
-                 dedup: Any = None) -> None:
-        from stream_dedup.engine import Deduplicator
+                 dlq_budget: int = 1_000_000, log_format: str = "%(message)s") -> None:
+        from prometheus_client import CollectorRegistry
 
         self.service = service
         self.engine_config = engine
         self.metrics = metrics or Metrics()
         self.client_conf = kafka_config.confluent_config(service)
-        self.state_dir = Path(service.data_dir) / "index"
-        self.dedup = dedup if dedup is not None else Deduplicator(engine, self.state_dir)
+        self.dlq_budget = dlq_budget
+        Path(service.data_dir).mkdir(parents=True, exist_ok=True)
         self.producer = AsyncProducer(producer_config(self.client_conf, PRODUCER_LINGER))
         # stage-1 CPU work in child processes, started (and warmed up) now
         self.pool = stage1.ComputePool(engine, service.fingerprint_processes)
-        self.engine_lock = asyncio.Lock()
+        self.decisions = DecisionProcess(service, engine, dlq_budget, log_format)
+        self.decisions.start()
+        # /metrics serves this worker's families merged with the decision stage's
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_MergedCollector(self))
 
-        self.last_checkpoint: int | None = self.dedup.checkpoint(catchup.CHECKPOINT_NAME)
-        self.caught_up = asyncio.Event()
-        self.caught_up.set()  # nothing to catch up until signatures-0 is assigned
-        self._catchup_task: asyncio.Task | None = None
-        self._catchup_stop = False
-        self.owns_signatures = False
         self.first_assignment = False  # set by the first rebalance, even one that assigns nothing
         self.started_at = time.time()
         self.fatal: BaseException | None = None
-        self.decide_errors = 0
         self._lag_labels: set[tuple[str, str]] = set()
 
         self.app = make_faust_app(service)
         app = self.app
         self.input_topic = app.topic(service.input_topic)
-        self.signatures_topic = app.topic(service.signatures_topic, partitions=1)
-        self.sig_tp = TP(service.signatures_topic, 0)
-
         app.agent(self.input_topic, name="stream_dedup.stage1_signatures")(self._stage1)
-        app.agent(self.signatures_topic, name="stream_dedup.stage2_decisions")(self._stage2)
-        app.timer(EVICT_INTERVAL, name="stream_dedup.evict")(self._evict)
         app.timer(GAUGE_INTERVAL, name="stream_dedup.gauges")(self._update_gauges)
+        app.timer(WATCH_INTERVAL, name="stream_dedup.watch_decisions")(self._watch_decisions)
         app.on_partitions_assigned.connect(self._on_assigned)
-        app.on_partitions_revoked.connect(self._on_revoked)
-        self._update_index_gauges()
 
     # ------------------------------------------------------------------ stage 1
     async def _compute(self, items: list[stage1.Item]) -> list[stage1.Result]:
@@ -254,15 +239,15 @@ class DedupWorker:
                 await previous
             if self.fatal is not None:
                 return
-            futures, rejected = [], []
+            futures = []
             sig_topic = self.service.signatures_topic
+            send = self.producer.send
             for ev, (kind, a, b) in zip(events, results, strict=True):
                 if kind == "sig":
-                    futures.append(await self.producer.send(sig_topic, b, a.encode("utf-8"), partition=0))
+                    futures.append(await send(sig_topic, b, a.encode("utf-8"), partition=0))
                 else:
-                    futures.append(await self._dead_letter(ev, a, b))
-                    rejected.append(a)
-            await acker.submit(events, futures, after=lambda: self._count_rejects(rejected))
+                    futures.append(await send(sig_topic, self._reject(ev, a, b), ev.message.key, partition=0))
+            await acker.submit(events, futures)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - a lost send must not be acked
@@ -270,191 +255,30 @@ class DedupWorker:
         finally:
             computing.release()
 
-    def _count_rejects(self, reasons: list[str]) -> None:
-        for reason in reasons:
-            self.metrics.dead_letters.labels(reason=reason).inc()
-
-    async def _dead_letter(self, ev: faust.EventT, reason: str, detail: str,
-                           source: SignatureRecord | None = None) -> Any:
-        """Send the event's record, unchanged, to the DLQ; ``source`` (stage 2) names the input record."""
+    def _reject(self, ev: faust.EventT, reason: str, detail: str) -> bytes:
+        """The reject record of a bad input record (its dead letter is written by the decision stage)."""
         msg = ev.message
-        if source is not None:
-            topic, partition, offset, ts_ms = (source.source_topic, source.source_partition, source.source_offset,
-                                               source.timestamp_ms)
-        else:
-            topic, partition, offset = msg.topic, msg.partition, msg.offset
-            ts_ms = int(msg.timestamp * 1000) if msg.timestamp else None
-        log.warning("dead letter %s[%d]@%d: %s (%s)", topic, partition, offset, reason, detail[:200])
-        headers = dlq_headers(msg.headers, reason=reason, detail=detail, topic=topic,
-                              partition=partition, offset=offset, timestamp_ms=ts_ms)
-        return await self.producer.send(self.service.dlq_topic, ev.value if ev.value is not None else b"",
-                                        msg.key, headers=headers)
+        log.warning("rejected %s[%d]@%d: %s (%s)", msg.topic, msg.partition, msg.offset, reason, detail[:200])
+        ts_ms = int(msg.timestamp * 1000) if msg.timestamp else None
+        value = ev.value if ev.value is not None else b""
+        return reject_record(reason=reason, detail=detail, key=msg.key, value=bytes(value), headers=msg.headers,
+                             topic=msg.topic, partition=msg.partition, offset=msg.offset, timestamp_ms=ts_ms,
+                             budget=self.dlq_budget).encode()
 
-    # ------------------------------------------------------------------ stage 2
-    async def _stage2(self, stream: faust.StreamT) -> None:
-        svc = self.service
-        acker = _Acker(self, stream, "stage 2 (decisions)")
-        async for events in stream.noack_take(svc.batch_size, within=svc.batch_wait):
-            try:
-                async with self.engine_lock:
-                    await self._ensure_caught_up(events[0].message.offset)
-                    pending = await self._stage2_batch(events)
-                await acker.submit(events, [p[0] for p in pending],
-                                   after=lambda pending=pending: self._observe(pending))
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:  # noqa: BLE001
-                await self._crash("stage 2 (decisions)", exc)
-                return
-
-    async def _stage2_batch(self, events: Sequence[faust.EventT]) -> list[tuple[Any, Any, Any]]:
-        from stream_dedup.fingerprint import Fingerprint
-
-        pending = []
-        for ev in events:
-            offset = ev.message.offset
-            try:
-                sig = SignatureRecord.decode(ev.value)
-                fp = Fingerprint.from_bytes(sig.fingerprint)
-            except (SignatureDecodeError, ValueError) as exc:
-                pending.append((await self._dead_letter(ev, PROCESSING_ERROR, f"bad signature record: {exc}"),
-                                None, PROCESSING_ERROR))
-                continue
-            t0 = time.perf_counter()
-            try:
-                decision = self.dedup.decide(sig.article_id, fp, now=sig.timestamp_ms / 1000.0,
-                                             checkpoint=(catchup.CHECKPOINT_NAME, offset))
-            except Exception as exc:  # noqa: BLE001
-                self.decide_errors += 1
-                if self.decide_errors >= MAX_CONSECUTIVE_DECIDE_ERRORS:
-                    raise
-                log.exception("decision for %r failed", sig.article_id)
-                pending.append((await self._dead_letter(
-                    ev, PROCESSING_ERROR, f"decision failed: {type(exc).__name__}: {exc}", source=sig),
-                    None, PROCESSING_ERROR))
-                continue
-            self.decide_errors = 0
-            engine_s = time.perf_counter() - t0 + sig.engine_us / 1e6
-            if self.last_checkpoint is None or offset > self.last_checkpoint:
-                self.last_checkpoint = offset
-            value = encode_json(output_event(decision.to_event(), sig, time.time()))
-            topic = self.service.duplicates_topic if decision.type == "duplicate-of" else self.service.new_topic
-            fut = await self.producer.send(topic, value, sig.article_id.encode("utf-8"))
-            pending.append((fut, sig, decision))
-            self.metrics.processing_seconds.observe(engine_s)
-        return pending
-
-    def _observe(self, pending: list[tuple[Any, Any, Any]]) -> None:
-        m = self.metrics
-        m.index_articles.set(len(self.dedup))  # cheap; the disk size is updated by the timer
-        now = time.time()
-        for _fut, sig, decision in pending:
-            if sig is None:
-                m.dead_letters.labels(reason=decision).inc()
-                continue
-            m.end_to_end_seconds.observe(max(0.0, now - sig.timestamp_ms / 1000.0))
-            if decision.seen_before:
-                continue  # redelivery: counted when first decided
-            m.candidates.observe(decision.candidates)
-            if decision.type == "duplicate-of":
-                m.articles.labels(result="duplicate").inc()
-                m.duplicates_by_method.labels(method=str(decision.method)).inc()
-                if decision.similarity is not None:
-                    m.similarity.observe(decision.similarity)
-            else:
-                m.articles.labels(result="new").inc()
-
-    # ------------------------------------------------------------------ catch-up
-    async def _ensure_caught_up(self, offset: int) -> None:
-        """Called with the engine lock held, before deciding the record at ``offset``."""
-        if self._catchup_task is not None:
-            task = self._catchup_task
-            self.engine_lock.release()
-            try:
-                await task  # the assignment-time catch-up (needs the lock itself)
-            finally:
-                await self.engine_lock.acquire()
-            self._catchup_task = None
-        expected = 0 if self.last_checkpoint is None else self.last_checkpoint + 1
-        if offset > expected:
-            # records [expected, offset) were decided by another worker: replay them first
-            await self._replay(expected, offset)
-
-    async def _replay(self, start: int, end: int) -> int:
-        self.caught_up.clear()
-        self._catchup_stop = False
-        self.metrics.ready.set(0)
-        name = catchup.CHECKPOINT_NAME
-        from stream_dedup.fingerprint import Fingerprint
-
-        def apply(offset: int, sig: SignatureRecord) -> None:
-            self.dedup.decide(sig.article_id, Fingerprint.from_bytes(sig.fingerprint),
-                              now=sig.timestamp_ms / 1000.0, checkpoint=(name, offset))
-            self.last_checkpoint = offset if self.last_checkpoint is None else max(self.last_checkpoint, offset)
-
-        loop = asyncio.get_running_loop()
-        try:
-            n = await loop.run_in_executor(None, lambda: catchup.replay(
-                self.client_conf, self.service.signatures_topic, 0, start, end, apply,
-                should_stop=lambda: self._catchup_stop))
-        finally:
-            self.caught_up.set()
-            self._update_index_gauges()
-        return n
-
-    async def _catch_up_on_assign(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            committed = await loop.run_in_executor(None, lambda: catchup.committed_offset(
-                self.client_conf, self.service.app_id, self.service.signatures_topic, 0))
-            async with self.engine_lock:
-                expected = 0 if self.last_checkpoint is None else self.last_checkpoint + 1
-                log.info("signatures-0 assigned: local checkpoint %s, group committed offset %s",
-                         self.last_checkpoint, committed)
-                if committed is not None and committed > expected:
-                    await self._replay(expected, committed)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            await self._crash("catch-up", exc)
-            raise
+    # ------------------------------------------------------------------ the decision stage
+    async def _watch_decisions(self) -> None:
+        reason = self.decisions.poll()
+        if reason is not None and self.fatal is None:
+            await self._crash("decision stage", RuntimeError(reason))
 
     async def _on_assigned(self, app: Any = None, assigned: Any = None, **kwargs: Any) -> None:
         assigned = set(assigned or ())
-        owns = self.sig_tp in assigned
         self.first_assignment = True
-        log.info("assigned %d partitions%s", len(assigned), " (incl. signatures-0: decision stage)" if owns else
-                 ("" if assigned else ": standby (more workers than partitions)"))
-        if owns and not self.owns_signatures:
-            self.caught_up.clear()
-            self._catchup_task = asyncio.ensure_future(self._catch_up_on_assign())
-            self._catchup_task.add_done_callback(lambda t: self.caught_up.set())
-        self.owns_signatures = owns
+        log.info("assigned %d input partitions%s", len(assigned),
+                 "" if assigned else ": standby (more workers than partitions)")
 
-    async def _on_revoked(self, app: Any = None, revoked: Any = None, **kwargs: Any) -> None:
-        if self.sig_tp in set(revoked or ()):
-            self._catchup_stop = True
-
-    # ------------------------------------------------------------------ timers, gauges
-    async def _evict(self) -> None:
-        if self.engine_config.retention is None:
-            return
-        async with self.engine_lock:
-            n = self.dedup.evict_expired(time.time())
-        if n:
-            self.metrics.evictions.inc(n)
-            log.info("evicted %d articles older than the retention window", n)
-        self._update_index_gauges()
-
-    def _update_index_gauges(self) -> None:
-        try:
-            self.metrics.index_articles.set(len(self.dedup))
-            self.metrics.index_size_bytes.set(self.dedup.disk_bytes())
-        except Exception:  # noqa: BLE001 - gauges must never break the worker
-            log.debug("index gauges failed", exc_info=True)
-
+    # ------------------------------------------------------------------ gauges
     async def _update_gauges(self) -> None:
-        self._update_index_gauges()
         self.metrics.ready.set(1 if self.readiness()[0] else 0)
         try:
             await self._update_lag()
@@ -463,8 +287,7 @@ class DedupWorker:
 
     async def _update_lag(self) -> None:
         consumer = self.app.consumer
-        wanted = {self.service.input_topic, self.service.signatures_topic}
-        tps = [tp for tp in consumer.assignment() if tp.topic in wanted]
+        tps = [tp for tp in consumer.assignment() if tp.topic == self.service.input_topic]
         labels: set[tuple[str, str]] = set()
         if tps:
             highs = await consumer.highwaters(*tps)
@@ -499,7 +322,7 @@ class DedupWorker:
     def close(self) -> None:
         self.producer.close()
         self.pool.close()
-        self.dedup.close()
+        self.decisions.stop()
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         if self.fatal is not None:
@@ -525,14 +348,28 @@ class DedupWorker:
         # standby: keeping it unready would block StatefulSet rolling updates forever.
         if not self.first_assignment and "app not started" not in reasons:
             reasons.append("waiting for the first partition assignment")
-        if not self.caught_up.is_set():
-            reasons.append("index catching up")
+        if self.producer.broker_error is not None:
+            reasons.append(f"cannot reach the broker: {self.producer.broker_error}")
+        stage = self.decisions.status
+        reasons += [r for r in stage.get("reasons", []) if r not in reasons]
         ok = not reasons
         self.metrics.ready.set(1 if ok else 0)
         return ok, {
             "reasons": reasons,
             "assigned_partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in assigned),
-            "decision_stage": self.owns_signatures,
-            "standby": ok and not assigned,
-            "index_checkpoint": self.last_checkpoint,
+            "decision_stage": bool(stage.get("owns")),
+            "decision_state": stage.get("state"),
+            "standby": ok and not assigned and not stage.get("owns"),
+            "index_checkpoint": stage.get("index_checkpoint"),
+            "committed_offset": stage.get("committed_offset"),
         }
+
+
+class _MergedCollector:
+    """The worker's metric families plus the decision stage's (its samples win on the same name)."""
+
+    def __init__(self, worker: DedupWorker) -> None:
+        self.worker = worker
+
+    def collect(self) -> Any:
+        return merge_families(list(self.worker.metrics.registry.collect()), self.worker.decisions.collect())

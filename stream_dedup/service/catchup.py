@@ -23,8 +23,6 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
-from .serialization import SignatureRecord
-
 log = logging.getLogger(__name__)
 
 #: name under which the decision stage stores its position in the engine (``decide(checkpoint=...)``)
@@ -47,9 +45,12 @@ def committed_offset(client_conf: dict[str, Any], group_id: str, topic: str, par
 
 
 def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, end: int,
-           apply: Callable[[int, SignatureRecord], None], *, batch: int = 500,
-           stall_timeout: float = 60.0, should_stop: Callable[[], bool] | None = None) -> int:
-    """Feed records ``[start, end)`` of ``topic[partition]`` to ``apply(offset, record)``.
+           apply: Callable[[int, bytes], None], *, batch: int = 500,
+           stall_timeout: float = 60.0, should_stop: Callable[[], bool] | None = None,
+           tick: Callable[[], Any] | None = None) -> int:
+    """Feed records ``[start, end)`` of ``topic[partition]`` to ``apply(offset, value)``.
+
+    ``tick`` is called after every batch (the decision stage serves its group membership there).
 
     Returns the number of records applied.  Offsets below the partition's low watermark
     (deleted by retention) are skipped with a warning.  Raises ``TimeoutError`` when no
@@ -86,6 +87,8 @@ def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, 
                 break
             msgs = consumer.consume(batch, timeout=1.0)
             if not msgs:
+                if tick is not None:
+                    tick()
                 if time.monotonic() - last_progress > stall_timeout:
                     raise TimeoutError(f"catch-up stalled at {topic}[{partition}] offset {position}")
                 continue
@@ -101,10 +104,12 @@ def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, 
                 if offset >= end:
                     position = end
                     break
-                apply(offset, SignatureRecord.decode(m.value()))
+                apply(offset, m.value())
                 applied += 1
                 position = offset + 1
             last_progress = time.monotonic()
+            if tick is not None:
+                tick()
         dt = time.monotonic() - t0
         log.info("catch-up: applied %d signature records in %.1f s (%.0f/s)", applied, dt,
                  applied / dt if dt > 0 else 0.0)

@@ -47,6 +47,7 @@ class AsyncProducer:
         self._thread = threading.Thread(target=self._poll_loop, name="stream-dedup-producer", daemon=True)
         self._thread.start()
         self.fatal: KafkaException | None = None
+        self.broker_error: str | None = None  # the last connection error, until a record is delivered
 
     # -- called from the event loop
     async def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
@@ -96,10 +97,16 @@ class AsyncProducer:
         if err.fatal():
             self.fatal = KafkaException(err)
             log.error("fatal producer error: %s", err)
-        else:
-            log.warning("producer: %s", err)
+            return
+        message = str(err)
+        if message != self.broker_error:  # one line per change of state, not one per retry
+            log.warning("producer: %s (retrying)", message)
+        self.broker_error = message
 
     def _report(self, fut: asyncio.Future, err: Any, msg: Any) -> None:
+        if err is None and self.broker_error is not None:
+            log.info("producer: the broker is reachable again")
+            self.broker_error = None
         with self._lock:
             first = not self._reports
             self._reports.append((fut, err, msg))

@@ -380,3 +380,27 @@ def test_eviction_sweeps_more_than_one_batch(tmp_path: Path) -> None:
         assert d.evict_expired(now=1e7) == 1299                          # two batches in one call
         assert len(d) == 0 and d.evicted_total == 1500
         assert set(d.index.key_counts()) == {b"M"}
+
+
+def test_receipts_tell_a_second_delivery_from_a_first(tmp_path) -> None:
+    """decide(receipt=...) stores the delivery atomically; a repeated id stores it as a replay."""
+    from stream_dedup.config import EngineConfig
+    from stream_dedup.engine import Deduplicator
+    from stream_dedup.record import parse_record
+
+    cfg = EngineConfig()
+    text = "the quick brown fox jumps over the lazy dog near the river bank today " * 3
+    with Deduplicator(cfg, tmp_path / "s") as d:
+        fp = d.fingerprint(parse_record(('{"id": "a", "text": "%s"}' % text).encode(), cfg))
+        first = d.decide("a", fp, now=1.0, checkpoint=("sig", 5), receipt=b"r" * 16)
+        assert first.type == "new" and not first.seen_before
+        assert d.receipt(b"r" * 16) == (5, False)
+        again = d.decide("a", fp, now=2.0, checkpoint=("sig", 6), receipt=b"s" * 16)
+        assert again.seen_before and d.receipt(b"s" * 16) == (6, True)
+        assert d.checkpoint("sig") == 6
+        stored = d.decision_of("a")
+        assert stored is not None and stored.type == "new" and stored.seen_before
+        assert d.decision_of("nope") is None
+        d.record_receipt(b"t" * 16, ("sig", 7))
+        assert d.receipt(b"t" * 16) == (7, False) and d.checkpoint("sig") == 7
+        assert len(d) == 1

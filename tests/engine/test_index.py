@@ -19,14 +19,15 @@ def open_index(path: Path, **kw) -> Index:
 
 def add(index: Index, n: int, *, band_keys: list[bytes] = (), permuted: list[int] = (), first_seen: float = 0.0,
         indexed: bool = True, exact: bytes | None = None, simhash: int = 0, decision: dict | None = None,
-        checkpoint: tuple[str, int] | None = None, article_id: str | None = None) -> int:
+        checkpoint: tuple[str, int] | None = None, article_id: str | None = None,
+        receipt: bytes | None = None) -> int:
     band_keys = list(band_keys)
     found = index.lookup(band_keys, [], 256)  # band keys already carry the BUCKET namespace
     return index.insert(article_id=article_id or f"a{n}", first_seen=first_seen, simhash=simhash, n_shingles=n + 1,
                         exact=exact or n.to_bytes(16, "big"), minhash=np.arange(8, dtype=np.uint32) + n,
                         root_id=f"root{n}", decision=decision or {"n": n}, bucket_keys=band_keys,
                         buckets=found.buckets, permuted=list(permuted), index_sketches=indexed,
-                        checkpoint=checkpoint)
+                        checkpoint=checkpoint, receipt=receipt)
 
 
 def key_families(index: Index) -> Counter:
@@ -151,8 +152,8 @@ def test_checkpoints(tmp_path: Path) -> None:
     assert idx.checkpoint("sig") is None
     add(idx, 0, checkpoint=("sig", 41))
     assert idx.checkpoint("sig") == 41
-    idx.set_checkpoint("sig", 2**40)
-    idx.set_checkpoint("other", 0)
+    idx.mark(("sig", 2**40))
+    idx.mark(("other", 0))
     assert idx.checkpoint("sig") == 2**40 and idx.checkpoint("other") == 0
     idx.close()
     idx = open_index(tmp_path)
@@ -195,3 +196,18 @@ def test_non_durable_writes_and_disk_bytes(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
     assert idx.count == 20
     idx.close()
+
+
+def test_receipts_are_stored_with_the_article_and_alone(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    token = bytes(range(16))
+    assert idx.receipt(token) is None
+    add(idx, 0, checkpoint=("sig", 7), receipt=token)
+    assert idx.receipt(token) == (7, False)
+    assert idx.checkpoint("sig") == 7
+    other = bytes(range(1, 17))
+    idx.mark(("sig", 9), other, replayed=True)
+    assert idx.receipt(other) == (9, True) and idx.checkpoint("sig") == 9
+    idx.close()
+    reopened = open_index(tmp_path)
+    assert reopened.receipt(token) == (7, False) and reopened.receipt(other) == (9, True)

@@ -10,8 +10,12 @@ import pytest
 from stream_dedup.service.serialization import (
     DLQ_HEADERS,
     MAX_DETAIL,
+    DLQ_SAMPLE_BYTES,
+    RejectRecord,
     SignatureDecodeError,
     SignatureRecord,
+    decode_stage_record,
+    reject_record,
     dlq_headers,
     encode_json,
     iso_now,
@@ -47,7 +51,8 @@ def test_signature_with_real_fingerprint():
     assert back.simhash == fp.simhash and back.exact == fp.exact and (back.minhash == fp.minhash).all()
 
 
-@pytest.mark.parametrize("data", [b"", b"\x00", b"\xd5\x02" + bytes(40), sig().encode()[:30],
+@pytest.mark.parametrize("data", [b"", b"\x00", b"\xd5\x03" + bytes(40), b"\xd5\x02\x07" + bytes(40),
+                                  sig().encode()[:30],
                                   b"\xd5\x01" + bytes(24) + b"\xff\xff"])
 def test_corrupt_signature_raises(data):
     with pytest.raises(SignatureDecodeError):
@@ -90,3 +95,50 @@ def test_iso_now_matches_datetime_formatting_across_seconds() -> None:
         expected = datetime.fromtimestamp(ms // 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
         assert iso_now(t) == expected
     assert iso_now(1_700_000_000.25) == "2023-11-14T22:13:20.250Z"
+
+
+def _reject(value: bytes, key: bytes | None = b"k-1", headers=None, budget: int = 1_000_000) -> RejectRecord:
+    return reject_record(reason="invalid_json", detail="Expecting value", key=key, value=value,
+                         headers=headers or [("trace-id", b"abc")], topic="articles", partition=2, offset=41,
+                         timestamp_ms=1234, budget=budget)
+
+
+def test_reject_record_round_trip_keeps_the_original_unchanged():
+    r = _reject(b"not json \x00\xff")
+    back = decode_stage_record(r.encode())
+    assert back == r
+    key, value, headers = back.dead_letter()
+    assert key == b"k-1" and value == b"not json \x00\xff"
+    h = parse_dlq_headers(headers)
+    assert headers[0] == ("trace-id", b"abc")
+    assert h["dlq.reason"] == "invalid_json" and h["dlq.source.offset"] == "41" and "dlq.truncated" not in h
+    no_key = _reject(b"x", key=None)
+    assert decode_stage_record(no_key.encode()).key is None
+    # an article signature is never read as a reject and vice versa
+    assert isinstance(decode_stage_record(sig().encode()), SignatureRecord)
+    with pytest.raises(SignatureDecodeError):
+        SignatureRecord.decode(r.encode())
+
+
+def test_reject_record_too_large_for_the_dlq_becomes_a_reference():
+    import hashlib
+
+    big = b"x" * 5_000_000
+    r = _reject(big, key=b"K" * 5000, budget=1_000_000)
+    assert len(r.encode()) < 20_000
+    key, value, headers = decode_stage_record(r.encode()).dead_letter()
+    h = parse_dlq_headers(headers)
+    assert value == big[:DLQ_SAMPLE_BYTES] and key == b"K" * DLQ_SAMPLE_BYTES
+    assert h["dlq.truncated"] == "true"
+    assert h["dlq.original.size"] == str(len(big))
+    assert h["dlq.original.sha256"] == hashlib.sha256(big).hexdigest()
+    assert h["dlq.original.key.size"] == "5000"
+    assert h["dlq.original.key.sha256"] == hashlib.sha256(b"K" * 5000).hexdigest()
+
+
+def test_reject_record_drops_spoofed_dlq_headers_of_the_input():
+    r = _reject(b"{}", headers=[("dlq.truncated", b"true"), ("dlq.reason", b"x"), ("ok", b"1")])
+    _key, _value, headers = decode_stage_record(r.encode()).dead_letter()
+    h = parse_dlq_headers(headers)
+    assert "dlq.truncated" not in h and h["dlq.reason"] == "invalid_json"
+    assert ("ok", b"1") in headers

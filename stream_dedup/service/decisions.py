@@ -1,0 +1,503 @@
+"""Stage 2, the decision stage: one transactional consume -> decide -> produce loop.
+
+It runs in its own process (:mod:`.decision_process`) with confluent-kafka (librdkafka), not
+Faust: Faust's exactly-once mode has open bugs and its per-message machinery cost most of the
+worker's time.  One loop iteration is one Kafka transaction::
+
+    consume up to batch_size signature records (or batch_wait seconds)     read_committed, no auto-commit
+    begin_transaction
+      per record: decide on the RocksDB index, produce its event or dead letter
+    send_offsets_to_transaction(last + 1, fresh group metadata)
+    commit_transaction
+
+**Exactly one committed output per input record.**  ``articles.signatures`` has one partition,
+owned by one member of the group ``<app_id>.decisions``.  Its producer has the stable
+``transactional.id`` ``<app_id>.decisions.<signatures topic>-0``, so a new owner's
+``init_transactions`` fences a stalled old one, whose commits then fail.  Events, dead letters
+and the signature offsets are committed together or not at all.
+
+**The index may run ahead of Kafka, never out of step.**  Each article is written to RocksDB when
+it is decided (one atomic WriteBatch with the signature offset and a *receipt*: a token naming the
+input record, hashed from its topic, partition and offset).  A transaction that then aborts, or
+a crash before the commit, leaves articles in the index whose events were never committed.  They
+are decided again from the committed offset, and the receipt tells what to do with each record:
+
+* no receipt: a record never decided: decide it;
+* a receipt stored at *this* signature offset: decided by a transaction that did not commit:
+  emit the stored decision again, unchanged (same ``seen_before`` as the first time);
+* a receipt stored at another offset: a second copy of the same input record (stage 1 is
+  at-least-once and re-sends after a crash or a rebalance): already answered, emit nothing.
+
+So a committed offset C is all the state that matters: the index holds every record before C
+(after the catch-up below) and possibly some after it, and re-deciding those gives the same
+decisions.  Decisions are made in signature-offset order with ``now`` = the input record's
+timestamp, so they are a function of the signatures log.
+
+**Catch-up.**  On assignment the loop compares the index's last applied offset L with C.  When
+L + 1 < C (another worker decided in between, or the disk is new) it replays ``[L + 1, C)`` from
+the signatures topic without producing anything, then starts at C.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from stream_dedup.config import EngineConfig, ServiceConfig
+from stream_dedup.metrics import Metrics
+
+from . import catchup, kafka_config
+from .serialization import (
+    RejectRecord,
+    SignatureDecodeError,
+    SignatureRecord,
+    decode_stage_record,
+    encode_json,
+    output_event,
+    reject_record,
+)
+
+log = logging.getLogger("stream_dedup.service.decisions")
+
+PROCESSING_ERROR = "processing_error"
+#: consecutive records whose decision raised before the stage gives up (disk full, corrupt index)
+MAX_CONSECUTIVE_DECIDE_ERRORS = 10
+#: seconds between retention sweeps when idle, and between lag gauge updates
+EVICT_INTERVAL = 60.0
+GAUGE_INTERVAL = 2.0
+#: a transaction commit taking longer than this makes the stage report "waiting for the broker"
+SLOW_COMMIT = 3.0
+#: bytes left for headers and framing below the dead-letter topic's max.message.bytes
+DLQ_MARGIN = 4096
+
+
+class FatalError(RuntimeError):
+    """The stage cannot go on (fenced by a newer owner, authorisation, ...): exit, let reconciliation decide."""
+
+
+class _Abort(Exception):
+    """The current transaction must be aborted and its records decided again."""
+
+
+def receipt_token(topic: str, partition: int, offset: int) -> bytes:
+    """The receipt of one input record (16 bytes, well spread)."""
+    return hashlib.blake2b(f"{topic}\x00{partition}\x00{offset}".encode(), digest_size=16).digest()
+
+
+def decisions_group(service: ServiceConfig) -> str:
+    return f"{service.app_id}.decisions"
+
+
+def transactional_id(service: ServiceConfig) -> str:
+    return f"{service.app_id}.decisions.{service.signatures_topic}-0"
+
+
+def open_index(engine: EngineConfig, path: Path, timeout: float = 30.0) -> Any:
+    """The engine on ``path``, waiting out the lock of a previous process that is still exiting."""
+    from stream_dedup.engine import Deduplicator
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return Deduplicator(engine, path)
+        except Exception as exc:  # rocksdict raises a plain Exception for the LOCK file
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.25)
+
+
+class DecisionStage:
+    """The loop and its state; :meth:`run` blocks until :meth:`stop` (or a fatal error)."""
+
+    def __init__(self, service: ServiceConfig, engine: EngineConfig, metrics: Metrics | None = None,
+                 dlq_budget: int = 1_000_000) -> None:
+        self.service = service
+        self.engine_config = engine
+        self.metrics = metrics or Metrics()
+        self.client_conf = kafka_config.confluent_config(service)
+        self.dlq_budget = dlq_budget
+        self.dedup = open_index(engine, Path(service.data_dir) / "index")
+        self.topic = service.signatures_topic
+        self.owned = False
+        self.needs_reconcile = False
+        self.producer: Producer | None = None
+        self._stop = threading.Event()
+        self.state = "joining the group"
+        self.broker_error: str | None = None
+        self.commit_started: float | None = None
+        self.last_applied = self.dedup.checkpoint(catchup.CHECKPOINT_NAME)
+        self.committed: int | None = None
+        self.decide_errors = 0
+        self.fatal: str | None = None
+        self._last_evict = time.monotonic()
+        self._last_gauges = 0.0
+        self.consumer = Consumer({
+            **self.client_conf,
+            "group.id": decisions_group(service),
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "range",
+            "session.timeout.ms": int(service.session_timeout * 1000),
+            "heartbeat.interval.ms": max(500, min(3000, int(service.session_timeout * 1000 / 5))),
+            "max.poll.interval.ms": 600_000,
+            "fetch.wait.max.ms": 10,
+            "error_cb": self._on_error,
+        })
+
+    # ------------------------------------------------------------------ public
+    def stop(self) -> None:
+        self._stop.set()
+
+    def status(self) -> dict[str, Any]:
+        reasons = []
+        if self.fatal:
+            reasons.append(f"decision stage failed: {self.fatal}")
+        if self.broker_error:
+            reasons.append(f"cannot reach the broker: {self.broker_error}")
+        if self.commit_started is not None and time.monotonic() - self.commit_started > SLOW_COMMIT:
+            reasons.append("waiting for the broker to commit a transaction")
+        if self.state == "catching up":
+            reasons.append("index catching up")
+        return {"state": self.state, "owns": self.owned, "index_checkpoint": self.last_applied,
+                "committed_offset": self.committed, "reasons": reasons}
+
+    def run(self) -> int:
+        """0 after :meth:`stop`; 3 after a fatal error."""
+        self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_lost)
+        code = 0
+        try:
+            while not self._stop.is_set():
+                if self.needs_reconcile:
+                    self._reconcile()
+                    continue
+                msgs = self.consumer.consume(int(self.service.batch_size), timeout=max(0.001, self.service.batch_wait))
+                records = [m for m in msgs if self._usable(m)]
+                if records and self.owned and self.producer is not None:
+                    self.broker_error = None
+                    self._transaction(records)
+                self._housekeeping()
+        except FatalError as exc:
+            self.fatal = str(exc)
+            log.error("decision stage stopped: %s", exc)
+            code = 3
+        finally:
+            self._close()
+        return code
+
+    # ------------------------------------------------------------------ group membership
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        owns = any(p.topic == self.topic and p.partition == 0 for p in partitions)
+        log.info("decision stage: %s", "assigned signatures-0" if owns else "standby (nothing assigned)")
+        self.owned = owns
+        self.needs_reconcile = owns
+        self.state = "reconciling" if owns else "standby"
+        consumer.assign([])  # the real assignment, with its start offset, follows the catch-up
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if any(p.topic == self.topic for p in partitions):
+            log.info("decision stage: signatures-0 revoked")
+        self._release()
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning("decision stage: signatures-0 lost (session expired)")
+        self._release()
+
+    def _release(self) -> None:
+        self.owned = False
+        self.needs_reconcile = False
+        self.state = "standby"
+        self._drop_producer()
+
+    def _drop_producer(self) -> None:
+        if self.producer is not None:
+            try:
+                self.producer.flush(5)
+            except Exception:  # noqa: BLE001
+                pass
+            self.producer = None
+
+    def _committed_offset(self) -> int | None:
+        [tp] = self.consumer.committed([TopicPartition(self.topic, 0)], timeout=30)
+        if tp.error:
+            raise KafkaException(tp.error)
+        return None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
+
+    def _reconcile(self) -> None:
+        """Catch the index up to the committed offset, start the producer, assign from there."""
+        try:
+            committed = self._committed_offset()
+        except KafkaException as exc:
+            self._broker_trouble(str(exc))
+            time.sleep(0.5)
+            self.consumer.consume(1, timeout=0)  # serve rebalance callbacks
+            return
+        expected = 0 if self.last_applied is None else self.last_applied + 1
+        log.info("decision stage: index at signature offset %s, group committed %s", self.last_applied, committed)
+        if committed is not None and committed > expected:
+            self.state = "catching up"
+            catchup.replay(self.client_conf, self.topic, 0, expected, committed, self._apply_only,
+                           should_stop=lambda: self._stop.is_set() or not self.owned,
+                           tick=lambda: self.consumer.consume(1, timeout=0))
+            if self._stop.is_set() or not self.owned:
+                return
+        start = committed if committed is not None else expected
+        if self.producer is None:
+            self.producer = self._new_producer()
+        self.committed = start
+        self.consumer.assign([TopicPartition(self.topic, 0, start)])
+        self.needs_reconcile = False
+        self.state = "deciding"
+        log.info("decision stage: deciding from signature offset %d", start)
+
+    def _new_producer(self) -> Producer:
+        conf = {**self.client_conf, "transactional.id": transactional_id(self.service),
+                "linger.ms": 1, "delivery.report.only.error": True, "on_delivery": self._on_delivery,
+                "error_cb": self._on_error, "message.max.bytes": 16 * 1024 * 1024,
+                "queue.buffering.max.messages": max(100_000, 4 * int(self.service.batch_size)),
+                "transaction.timeout.ms": 60_000}
+        producer = Producer(conf)
+        while True:
+            try:
+                producer.init_transactions(60)
+                return producer
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable() and not self._stop.is_set():
+                    self._broker_trouble(str(err))
+                    continue
+                raise FatalError(f"init_transactions: {err}") from exc
+
+    # ------------------------------------------------------------------ one transaction
+    def _usable(self, m: Any) -> bool:
+        err = m.error()
+        if err is None:
+            return True
+        if err.code() != KafkaError._PARTITION_EOF:
+            self._broker_trouble(str(err))
+        return False
+
+    def _transaction(self, records: list[Any]) -> None:
+        producer = self.producer
+        assert producer is not None
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:
+            raise FatalError(f"begin_transaction: {exc.args[0]}") from exc
+        observed: list[tuple[Any, Any, float]] = []
+        try:
+            for m in records:
+                self._decide_one(m, observed)
+            next_offset = records[-1].offset() + 1
+            self.commit_started = time.monotonic()
+            self._retry(lambda: producer.send_offsets_to_transaction(
+                [TopicPartition(self.topic, 0, next_offset)], self.consumer.consumer_group_metadata(), 60))
+            self._retry(lambda: producer.commit_transaction(60))
+        except _Abort as exc:
+            log.warning("transaction aborted (%s): deciding its %d records again", exc, len(records))
+            self._abort_and_rewind()
+            return
+        finally:
+            self.commit_started = None
+        self.committed = next_offset
+        self._observe(observed)
+
+    def _retry(self, op: Callable[[], Any]) -> None:
+        while True:
+            try:
+                op()
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable():
+                    self._broker_trouble(str(err))
+                    time.sleep(0.1)
+                    continue
+                if err.txn_requires_abort():
+                    raise _Abort(str(err)) from exc
+                raise FatalError(str(err)) from exc
+
+    def _abort_and_rewind(self) -> None:
+        producer = self.producer
+        assert producer is not None
+        self._retry(lambda: producer.abort_transaction(60))
+        start = self._committed_offset()
+        start = 0 if start is None else start
+        self.consumer.assign([TopicPartition(self.topic, 0, start)])
+        self.committed = start
+
+    def _produce(self, topic: str, value: bytes, key: bytes | None, headers: Any = None) -> None:
+        producer = self.producer
+        assert producer is not None
+        while True:
+            try:
+                producer.produce(topic, value, key, headers=headers)
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+    def _decide_one(self, m: Any, observed: list[tuple[Any, Any, float]]) -> None:
+        from stream_dedup.fingerprint import Fingerprint
+
+        offset = m.offset()
+        try:
+            rec: SignatureRecord | RejectRecord = decode_stage_record(m.value())
+        except SignatureDecodeError as exc:
+            rec = reject_record(reason=PROCESSING_ERROR, detail=f"bad signature record: {exc}", key=m.key(),
+                                value=m.value() or b"", headers=m.headers(), topic=self.topic, partition=0,
+                                offset=offset, timestamp_ms=m.timestamp()[1], budget=self.dlq_budget)
+        token = receipt_token(rec.source_topic, rec.source_partition, rec.source_offset)
+        prior = self.dedup.receipt(token)
+        checkpoint = (catchup.CHECKPOINT_NAME, offset)
+        if prior is not None and prior[0] != offset:
+            self.metrics.redelivered.inc()  # a second copy of an input record already answered
+            return
+        t0 = time.perf_counter()
+        if isinstance(rec, SignatureRecord):
+            decision = None
+            if prior is not None:  # decided at this offset by a transaction that did not commit
+                decision = self.dedup.decision_of(rec.article_id)
+                if decision is not None:
+                    decision.seen_before = prior[1]
+            if decision is None:
+                try:
+                    fp = Fingerprint.from_bytes(rec.fingerprint)
+                    decision = self.dedup.decide(rec.article_id, fp, now=rec.timestamp_ms / 1000.0,
+                                                 checkpoint=checkpoint, receipt=token)
+                    self.decide_errors = 0
+                except Exception as exc:  # noqa: BLE001 - one poisonous record must not stop the stream
+                    self.decide_errors += 1
+                    if self.decide_errors >= MAX_CONSECUTIVE_DECIDE_ERRORS:
+                        raise FatalError(f"{self.decide_errors} decisions in a row failed: {exc!r}") from exc
+                    log.exception("decision for %r failed", rec.article_id)
+                    rec = reject_record(reason=PROCESSING_ERROR, detail=f"decision failed: {type(exc).__name__}: {exc}",
+                                        key=m.key(), value=m.value() or b"", headers=(), topic=rec.source_topic,
+                                        partition=rec.source_partition, offset=rec.source_offset,
+                                        timestamp_ms=rec.timestamp_ms, budget=self.dlq_budget)
+            if isinstance(rec, SignatureRecord):
+                self.last_applied = offset
+                value = encode_json(output_event(decision.to_event(), rec, time.time()))
+                topic = self.service.duplicates_topic if decision.is_duplicate else self.service.new_topic
+                self._produce(topic, value, rec.article_id.encode("utf-8"))
+                observed.append((rec, decision, time.perf_counter() - t0 + rec.engine_us / 1e6))
+                return
+        if prior is None:
+            self.dedup.record_receipt(token, checkpoint)
+        self.last_applied = offset
+        key, value, headers = rec.dead_letter()
+        self._produce(self.service.dlq_topic, value, key, headers)
+        observed.append((rec, rec.reason, 0.0))
+
+    def _apply_only(self, offset: int, data: bytes) -> None:
+        """Catch-up: put a record the group already committed into the index, producing nothing."""
+        from stream_dedup.fingerprint import Fingerprint
+
+        try:
+            rec = decode_stage_record(data)
+        except SignatureDecodeError:
+            rec = None
+        checkpoint = (catchup.CHECKPOINT_NAME, offset)
+        if isinstance(rec, SignatureRecord):
+            token = receipt_token(rec.source_topic, rec.source_partition, rec.source_offset)
+            if self.dedup.receipt(token) is None:
+                try:
+                    self.dedup.decide(rec.article_id, Fingerprint.from_bytes(rec.fingerprint),
+                                      now=rec.timestamp_ms / 1000.0, checkpoint=checkpoint, receipt=token)
+                except ValueError:
+                    self.dedup.record_receipt(token, checkpoint)  # it went to the DLQ
+        else:
+            token = (receipt_token(rec.source_topic, rec.source_partition, rec.source_offset) if rec is not None
+                     else receipt_token(self.topic, 0, offset))
+            if self.dedup.receipt(token) is None:
+                self.dedup.record_receipt(token, checkpoint)
+        self.last_applied = offset
+
+    # ------------------------------------------------------------------ metrics, errors, housekeeping
+    def _observe(self, observed: list[tuple[Any, Any, float]]) -> None:
+        m = self.metrics
+        now = time.time()
+        for rec, decision, engine_s in observed:
+            if isinstance(decision, str):
+                m.dead_letters.labels(reason=decision).inc()
+                continue
+            m.processing_seconds.observe(engine_s)
+            m.end_to_end_seconds.observe(max(0.0, now - rec.timestamp_ms / 1000.0))
+            if decision.seen_before:
+                continue  # a repeated id: counted when first decided
+            m.candidates.observe(decision.candidates)
+            if decision.is_duplicate:
+                m.articles.labels(result="duplicate").inc()
+                m.duplicates_by_method.labels(method=str(decision.method)).inc()
+                if decision.similarity is not None:
+                    m.similarity.observe(decision.similarity)
+            else:
+                m.articles.labels(result="new").inc()
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        if self.engine_config.retention and now - self._last_evict >= EVICT_INTERVAL:
+            self._last_evict = now
+            n = self.dedup.evict_expired(time.time())
+            if n:
+                self.metrics.evictions.inc(n)
+                log.info("evicted %d articles older than the retention window", n)
+        if now - self._last_gauges >= GAUGE_INTERVAL:
+            self._last_gauges = now
+            try:
+                self.metrics.index_articles.set(len(self.dedup))
+                self.metrics.index_size_bytes.set(self.dedup.disk_bytes())
+                if self.owned and self.committed is not None:
+                    _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), cached=True)
+                    if high >= 0:
+                        self.metrics.consumer_lag.labels(self.topic, "0").set(max(0, high - self.committed))
+            except Exception:  # noqa: BLE001 - gauges must never break the stage
+                log.debug("gauges failed", exc_info=True)
+
+    def _broker_trouble(self, message: str) -> None:
+        if self.broker_error != message:
+            log.warning("decision stage: %s (retrying)", message)
+        self.broker_error = message
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            log.error("fatal Kafka error: %s", err)
+        self._broker_trouble(str(err))
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:  # the transaction becomes abortable: commit_transaction reports it
+            log.warning("output record to %s failed: %s", msg.topic(), err)
+
+    def _close(self) -> None:
+        try:
+            self.consumer.close()
+        except Exception:  # noqa: BLE001
+            log.debug("consumer close failed", exc_info=True)
+        self._drop_producer()
+        self.dedup.close()
+
+
+def dlq_budget(client_conf: dict[str, Any], topics: list[str], default: int = 1_048_588) -> int:
+    """Bytes a dead letter may take: the smallest ``max.message.bytes`` of ``topics``, less a margin."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient(client_conf)
+    sizes = []
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics],
+                                     request_timeout=30)
+    for fut in futures.values():
+        try:
+            entry = fut.result(timeout=30).get("max.message.bytes")
+            if entry is not None and entry.value:
+                sizes.append(int(entry.value))
+        except Exception:  # noqa: BLE001 - a topic we cannot describe: the broker default applies
+            log.debug("describe_configs failed", exc_info=True)
+    return max(16 * 1024, min(sizes or [default]) - DLQ_MARGIN)
