@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export STREAM_DEDUP_CACHE ?= $(HOME)/.cache/stream-dedup
 
-.PHONY: install lint test test-unit helm kafka-start kafka-stop bench demo clean
+.PHONY: install lint test test-unit helm kafka-start kafka-stop bench demo demo-shared sample clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,11 +33,23 @@ kafka-start:
 kafka-stop:
 	bash scripts/kafka.sh stop
 
-SHARED ?= ../shared/data
+# The demo needs nothing but the clone: examples/news_sample.jsonl (see examples/README.md).
+# The index lives in a temporary directory, so every demo run starts from an empty state.
+SAMPLE ?= examples/news_sample.jsonl
 demo: install
 	mkdir -p out
-	$(VENV)/bin/stream-dedup dedup $(SHARED)/news_stream.jsonl --out out/events.jsonl --state out/state
+	$(VENV)/bin/stream-dedup dedup $(SAMPLE) --out out/events.jsonl --report out/report.html
+
+# The same on the larger shared stream (../shared/data, not part of the repository), with its quality score.
+SHARED ?= ../shared/data
+demo-shared: install
+	mkdir -p out
+	$(VENV)/bin/stream-dedup dedup $(SHARED)/news_stream.jsonl --out out/events-shared.jsonl
 	$(PY) bench/quality.py --data $(SHARED)
+
+# Rebuild the sample from the shared articles (the committed sample is the output of exactly this).
+sample:
+	$(PYTHON) scripts/make_sample.py $(SHARED)/news_articles.jsonl $(SAMPLE)
 
 bench: install
 	$(PY) bench/quality.py

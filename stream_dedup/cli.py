@@ -10,24 +10,44 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from . import __version__
-from .config import EngineConfig, ServiceConfig, add_arguments, load, markdown_table, redacted
+from .config import (
+    KAFKA_CLIENT_FIELDS,
+    EngineConfig,
+    ServiceConfig,
+    add_arguments,
+    env_name,
+    load,
+    markdown_table,
+    redacted,
+)
 from .engine import Deduplicator, lsh_params
 from .lsh import candidate_probability, optimal_params
 from .record import PROCESSING_ERROR, RecordError, parse_record
 
 log = logging.getLogger("stream_dedup")
 
-REJECT_SAMPLE_BYTES = 65536
+
+class RunError(Exception):
+    """A run that cannot start or go on (e.g. an output that cannot be opened): one line, exit 1."""
+
+
+class UsageError(Exception):
+    """A mistake in the command line (a bad path or value): one line on stderr, exit 2."""
+
+
+class Interrupted(Exception):
+    """Raised by the signal handler when no record is in hand (the run stops at once)."""
 
 
 @dataclass
@@ -40,135 +60,399 @@ class Summary:
     rejects: Counter = field(default_factory=Counter)
     by_method: Counter = field(default_factory=Counter)
     seconds: float = 0.0
+    skipped: int = 0                  # lines before the resume point (--resume)
+    last_line: int = 0                # the last input line finished
+    interrupted: str | None = None    # the signal that stopped the run
+    clusters: Counter = field(default_factory=Counter)    # root id -> duplicates of it in this run
+    titles: dict = field(default_factory=dict)            # root id -> title (bounded)
+    similarities: list = field(default_factory=list)      # Jaccard of each duplicate (bounded)
 
     @property
     def records(self) -> int:
         return self.new + self.duplicates
+
+    @property
+    def handled(self) -> int:
+        return self.records + sum(self.rejects.values())
 
     def as_dict(self) -> dict:
         return {"lines": self.lines, "records": self.records, "new": self.new, "duplicates": self.duplicates,
                 "repeated_ids": self.repeated_ids, "rejects": sum(self.rejects.values()),
                 "rejects_by_reason": dict(self.rejects), "duplicates_by_method": dict(self.by_method),
                 "blank_lines": self.blank, "seconds": round(self.seconds, 3),
-                "records_per_second": round(self.lines / self.seconds, 1) if self.seconds else None}
+                "records_per_second": round(self.lines / self.seconds, 1) if self.seconds else None,
+                "skipped_lines": self.skipped, "last_line": self.last_line,
+                "interrupted": self.interrupted is not None,
+                "top_clusters": [{"id": k, "duplicates": n, "title": self.titles.get(k)}
+                                 for k, n in self.top_clusters(10)]}
 
-    def text(self) -> str:
+    def top_clusters(self, n: int) -> list[tuple[str, int]]:
+        return sorted(self.clusters.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+    def text(self, top: int = 5) -> str:
+        """The summary printed at the end of a run: a small table, then the largest clusters."""
         d = self.as_dict()
-        reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.rejects.items())) or "none"
-        methods = ", ".join(f"{k}={v}" for k, v in sorted(self.by_method.items())) or "none"
-        return (f"lines {d['lines']:,}: records {d['records']:,} (new {d['new']:,}, duplicates {d['duplicates']:,}"
-                f" [{methods}], repeated ids {d['repeated_ids']:,}), rejects {d['rejects']:,} [{reasons}], "
-                f"blank {d['blank_lines']:,} | {d['seconds']:.1f} s, {d['records_per_second'] or 0:,.0f} records/s")
+        reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(self.rejects.items()))
+        methods = ", ".join(f"{k} {v:,}" for k, v in sorted(self.by_method.items(), key=lambda kv: -kv[1]))
+        rate = f"{d['records_per_second'] or 0:,.0f} records/s"
+        rows = [("lines", f"{d['lines']:,}" + (f" (after {self.skipped:,} done before: resumed)" if self.skipped else "")),
+                ("new", f"{d['new']:,}"),
+                ("duplicates", f"{d['duplicates']:,}" + (f" ({methods})" if methods else "")),
+                ("repeated ids", f"{d['repeated_ids']:,} (ids seen before: their first decision again)"),
+                ("rejects", f"{d['rejects']:,}" + (f" ({reasons})" if reasons else "")),
+                ("blank lines", f"{d['blank_lines']:,}"),
+                ("time", f"{d['seconds']:.1f} s, {rate}")]
+        width = max(len(k) for k, _ in rows)
+        out = [f"  {k:<{width}}  {v}" for k, v in rows]
+        clusters = self.top_clusters(top)
+        if clusters:
+            out.append("  largest clusters (duplicates in this run, first article, title):")
+            for root, n in clusters:
+                title = self.titles.get(root) or ""
+                title = title if len(title) <= 60 else title[:59] + "…"
+                out.append(f"  {n:>6,}  {root}  {title}")
+        return "\n".join(out)
+
+
+#: titles kept for the cluster table and similarities kept for the report (memory bound on huge inputs)
+MAX_TITLES = 200_000
+MAX_SIMILARITIES = 1_000_000
+#: bytes of a rejected line copied into its reject record (all of it with --rejects-full-record)
+REJECT_SAMPLE_BYTES = 512
 
 
 class Progress:
-    """A one-line progress display on a terminal (stderr); silent otherwise."""
+    """A tqdm progress bar on stderr (bytes read, rate, ETA); off when stderr is no terminal or with -q."""
 
-    def __init__(self, stream: IO[str], total_bytes: int | None, enabled: bool) -> None:
-        self.stream, self.total, self.enabled = stream, total_bytes, enabled
-        self.start = self.last = time.monotonic()
+    def __init__(self, total_bytes: int | None, enabled: bool, initial: int = 0) -> None:
+        self.bar = None
+        self.pending = 0
+        if enabled:
+            from tqdm import tqdm
 
-    def update(self, summary: Summary, done_bytes: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not force and now - self.last < 0.2):
+            self.bar = tqdm(total=total_bytes, initial=initial, unit="B", unit_scale=True, unit_divisor=1024,
+                            file=sys.stderr, dynamic_ncols=True, mininterval=0.2, leave=False,
+                            desc="stream-dedup")
+
+    def update(self, summary: Summary, nbytes: int) -> None:
+        if self.bar is None:
             return
-        self.last = now
-        rate = summary.lines / max(now - self.start, 1e-9)
-        dup = summary.duplicates / summary.records if summary.records else 0.0
-        bar = ""
-        if self.total:
-            frac = min(1.0, done_bytes / self.total)
-            filled = int(frac * 30)
-            bar = f" [{'#' * filled}{'.' * (30 - filled)}] {frac:6.1%}"
-        self.stream.write(f"\r{summary.lines:>10,} lines {rate:>8,.0f}/s  duplicates {dup:6.1%}  "
-                          f"rejects {sum(summary.rejects.values()):,}{bar}")
-        self.stream.flush()
+        self.pending += nbytes
+        if summary.lines % 64 == 0:
+            self.bar.update(self.pending)
+            self.pending = 0
+            dup = summary.duplicates / summary.records if summary.records else 0.0
+            self.bar.set_postfix_str(f"{summary.lines:,} lines, duplicates {dup:.1%}, "
+                                     f"rejects {sum(summary.rejects.values()):,}", refresh=False)
 
     def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.update(self.pending)
+            self.bar.close()
 
 
-def _read_lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes, int]]:
-    done = 0
-    for lineno, raw in enumerate(stream, 1):
-        done += len(raw)
-        yield lineno, raw.rstrip(b"\r\n"), done
+def _check_writable(flag: str, path_text: str) -> Path:
+    """Refuse an output path that cannot be written, before anything is opened or truncated."""
+    path = Path(path_text)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path_text}: is a directory, not a file")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path_text}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{flag} {path_text}: not writable")
+    return path
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+class _Signals:
+    """SIGINT/SIGTERM: finish the record in hand, then stop (raise at once when none is in hand)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.busy = False
+        self._old: dict[int, object] = {}
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.received is None:
+            self.received = signum
+        if not self.busy:
+            raise Interrupted()
+
+    def __enter__(self) -> _Signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _store_checkpoint(dedup: Deduplicator, name: str, offset: int) -> None:
+    """Record how far the input was handled (rejected and blank lines after the last article too)."""
+    index = dedup.index
+    if hasattr(index, "mark"):
+        index.mark((name, offset))
+    else:
+        index.set_checkpoint(name, offset)
+
+
+def _checkpoint_name(input_arg: str) -> str:
+    return "dedup-line:" + ("-" if input_arg == "-" else str(Path(input_arg).resolve()))
 
 
 def run_dedup(args: argparse.Namespace) -> int:
+    # 1. validate everything: settings, input, state and every output path, before opening any output
     config = load(EngineConfig, args)
+    if args.max_reject_rate is not None and not 0.0 <= args.max_reject_rate <= 1.0:
+        raise UsageError(f"--max-reject-rate {args.max_reject_rate}: must be within [0, 1]")
+    if args.input != "-":
+        path = Path(args.input)
+        if not path.is_file():
+            raise UsageError(f"no such input file: {path}")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"input file {path} is not readable")
+    state_arg = args.state or os.environ.get("STREAM_DEDUP_STATE") or None
+    if args.resume and not state_arg:
+        raise UsageError("--resume needs --state DIR (the state of the interrupted run)")
+    if state_arg:
+        state_path = Path(state_arg)
+        if state_path.exists() and not state_path.is_dir():
+            raise UsageError(f"--state {state_arg}: is a file, not a directory")
+        if not state_path.exists() and not state_path.parent.is_dir():
+            raise UsageError(f"--state {state_arg}: directory {state_path.parent} does not exist")
+    outputs = {"--out": args.out if args.out != "-" else None, "--rejects": None,
+               "--summary-json": args.summary_json, "--report": args.report}
+    rejects_path = args.rejects or (f"{args.out}.rejects.jsonl" if args.out != "-" else "rejects.jsonl")
+    outputs["--rejects"] = rejects_path
+    for flag, value in outputs.items():
+        if value is None:
+            continue
+        _check_writable(flag, value)
+        if args.input != "-" and _same_file(value, args.input):
+            raise UsageError(f"{flag} {value}: is the input file")
+    if args.report and not args.report.endswith((".html", ".htm", ".png")):
+        raise UsageError(f"--report {args.report}: give a .html or .png file name")
+
     summary = Summary()
     with ExitStack() as stack:
-        if args.input == "-":
-            source: IO[bytes] = sys.stdin.buffer
-            total = None
+        if state_arg:
+            state_dir = state_arg
+            state_note = f"{state_arg} (kept; a later run with --state {state_arg} remembers these articles)"
         else:
-            path = Path(args.input)
-            if not path.is_file():
-                print(f"stream-dedup dedup: no such input file: {path}", file=sys.stderr)
-                return 2
-            source = stack.enter_context(path.open("rb"))
-            total = path.stat().st_size
-        out: IO[str] = sys.stdout if args.out == "-" else stack.enter_context(
-            open(args.out, "w", encoding="utf-8"))
-        rejects_path = args.rejects or (f"{args.out}.rejects.jsonl" if args.out != "-" else "rejects.jsonl")
-        rejects: IO[str] | None = None
-        dedup = stack.enter_context(Deduplicator(config, args.state))
-        progress = Progress(sys.stderr, total, enabled=not args.quiet and sys.stderr.isatty())
-        t0 = time.perf_counter()
-        for lineno, raw, done in _read_lines(source):
-            summary.lines += 1
-            if not raw.strip():
-                summary.blank += 1
-                continue
-            try:
-                article = parse_record(raw, config)
-                try:
-                    decision = dedup.process(article)
-                except Exception as exc:  # one record must never end the run
-                    log.exception("line %d: processing failed", lineno)
-                    raise RecordError(PROCESSING_ERROR, f"{type(exc).__name__}: {exc}") from exc
-            except RecordError as err:
-                summary.rejects[err.reason] += 1
-                if rejects is None:
-                    rejects = stack.enter_context(open(rejects_path, "w", encoding="utf-8"))
-                sample = raw[:REJECT_SAMPLE_BYTES].decode("utf-8", "backslashreplace")
-                rejects.write(json.dumps({"line": lineno, "reason": err.reason, "error": str(err),
-                                          "record": sample, "truncated": len(raw) > REJECT_SAMPLE_BYTES},
-                                         ensure_ascii=False) + "\n")
-                progress.update(summary, done)
-                continue
-            if decision.seen_before:
-                summary.repeated_ids += 1
-            if decision.is_duplicate:
-                summary.duplicates += 1
-                summary.by_method[decision.method] += 1
+            state_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="stream-dedup-state-"))
+            state_note = "temporary, deleted at exit (--state DIR keeps the index for later runs)"
+        # 2. the state: refuses here (ValueError) when it was built with other settings; nothing written yet
+        try:
+            dedup = stack.enter_context(Deduplicator(config, state_dir))
+        except ValueError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - RocksDB reports e.g. a held lock or a bad directory
+            raise RunError(f"cannot open the state in {state_dir}: {exc}") from None
+        ckpt = _checkpoint_name(args.input)
+        start_after = (dedup.index.checkpoint(ckpt) or 0) if args.resume else 0
+        if args.resume and not args.quiet:
+            print(f"stream-dedup dedup: resuming after input line {start_after:,}" if start_after else
+                  f"stream-dedup dedup: no checkpoint for {args.input} in {state_arg}: starting at line 1",
+                  file=sys.stderr)
+        # 3. outputs: appended to when resuming, else written afresh
+        mode = "a" if args.resume else "w"
+        try:
+            if args.input == "-":
+                source: IO[bytes] = sys.stdin.buffer
+                total = None
             else:
-                summary.new += 1
-            out.write(json.dumps(decision.to_event(), ensure_ascii=False) + "\n")
-            progress.update(summary, done)
+                source = stack.enter_context(open(args.input, "rb"))  # noqa: SIM115
+                total = os.fstat(source.fileno()).st_size
+            out: IO[str] = sys.stdout if args.out == "-" else stack.enter_context(
+                open(args.out, mode, encoding="utf-8"))
+        except OSError as exc:
+            raise RunError(f"cannot open {exc.filename}: {exc.strerror}") from None
+        rejects: IO[str] | None = None
+        progress = Progress(total, enabled=not args.quiet and sys.stderr.isatty())
+        stack.callback(progress.close)
+        signals = stack.enter_context(_Signals())
+        t0 = time.perf_counter()
+        lineno = 0
+        try:
+            for lineno, raw in enumerate(source, 1):  # noqa: B007 - lineno is the resume point after the loop
+                if lineno <= start_after:
+                    summary.skipped += 1
+                    progress.update(summary, len(raw))
+                    continue
+                signals.busy = True
+                nbytes = len(raw)
+                raw = raw.rstrip(b"\r\n")
+                summary.lines += 1
+                if not raw.strip():
+                    summary.blank += 1
+                else:
+                    try:
+                        article = parse_record(raw, config)
+                        try:
+                            decision = dedup.process(article, checkpoint=(ckpt, lineno))
+                        except Exception as exc:  # one record must never end the run
+                            log.exception("line %d: processing failed", lineno)
+                            raise RecordError(PROCESSING_ERROR, f"{type(exc).__name__}: {exc}") from exc
+                        event = json.dumps(decision.to_event(), ensure_ascii=False)
+                    except (RecordError, UnicodeEncodeError) as err:
+                        reason = err.reason if isinstance(err, RecordError) else PROCESSING_ERROR
+                        summary.rejects[reason] += 1
+                        if rejects is None:
+                            rejects = stack.enter_context(open(rejects_path, mode, encoding="utf-8"))
+                        keep = len(raw) if args.rejects_full_record else REJECT_SAMPLE_BYTES
+                        sample = raw[:keep].decode("utf-8", "backslashreplace")
+                        rejects.write(json.dumps({"line": lineno, "reason": reason, "error": str(err)[:500],
+                                                  "record": sample, "truncated": len(raw) > keep},
+                                                 ensure_ascii=True) + "\n")
+                    else:
+                        _count(summary, article, decision)
+                        out.write(event + "\n")
+                summary.last_line = lineno
+                progress.update(summary, nbytes)
+                signals.busy = False
+                if signals.received is not None:
+                    raise Interrupted()
+        except Interrupted:
+            summary.interrupted = signal.Signals(signals.received or signal.SIGINT).name
+        signals.busy = True  # from here on a signal only takes note: the outputs and state must be flushed
+        summary.last_line = max(summary.last_line, start_after)
         summary.seconds = time.perf_counter() - t0
-        progress.update(summary, total or 0, force=True)
-        progress.close()
+        # flush outputs first, then record in the state how far the input was handled
         out.flush()
-    if not args.quiet:
+        if rejects is not None:
+            rejects.flush()
+        _store_checkpoint(dedup, ckpt, summary.last_line)
+    # the state is closed (and a temporary one deleted) here
+    code = 0
+    problem = None
+    handled = summary.handled
+    if summary.interrupted:
+        code = 128 + int(signal.Signals[summary.interrupted])
+    elif handled and not summary.records:
+        code, problem = 1, f"no record could be processed: all {handled:,} were rejected"
+    elif (args.max_reject_rate is not None and handled
+          and sum(summary.rejects.values()) / handled > args.max_reject_rate):
+        code, problem = 1, (f"{sum(summary.rejects.values()) / handled:.1%} of the records were rejected, "
+                            f"over --max-reject-rate {args.max_reject_rate}")
+    if not args.quiet or code:
+        name = "stdin" if args.input == "-" else args.input
+        print(f"stream-dedup dedup: {name} -> {'stdout' if args.out == '-' else args.out}", file=sys.stderr)
         print(summary.text(), file=sys.stderr)
+        print(f"  state       {state_note}", file=sys.stderr)
         if summary.rejects:
-            print(f"rejected records written to {rejects_path}", file=sys.stderr)
+            print(f"  rejected records written to {rejects_path}", file=sys.stderr)
+        if summary.interrupted:
+            how = (f"rerun with --resume --state {state_arg} to continue" if state_arg else
+                   "the state was temporary: rerun with --state DIR to be able to resume")
+            print(f"stream-dedup dedup: interrupted ({summary.interrupted}) at record {handled + summary.skipped:,}"
+                  f" (input line {summary.last_line:,}): {how}", file=sys.stderr)
+        if problem:
+            print(f"stream-dedup dedup: {problem}", file=sys.stderr)
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
-    return 0
+    if args.report:
+        write_report(args.report, summary, args.input)
+        if not args.quiet:
+            print(f"  report written to {args.report}", file=sys.stderr)
+    return code
+
+
+def _count(summary: Summary, article: object, decision: object) -> None:
+    if decision.seen_before:
+        summary.repeated_ids += 1
+    if decision.is_duplicate:
+        summary.duplicates += 1
+        summary.by_method[decision.method] += 1
+        summary.clusters[decision.duplicate_of] += 1
+        if len(summary.similarities) < MAX_SIMILARITIES and decision.similarity is not None:
+            summary.similarities.append(decision.similarity)
+    else:
+        summary.new += 1
+        if article.title and len(summary.titles) < MAX_TITLES:
+            summary.titles[article.id] = article.title
+
+
+def write_report(path: str, summary: Summary, source: str) -> None:
+    """A picture of the run: cluster sizes and the similarity of duplicates (PNG, or HTML with the tables)."""
+    import base64
+    import html
+    import io
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RunError("--report needs matplotlib (pip install 'stream-dedup[plot]')") from None
+    sizes = Counter(n + 1 for n in summary.clusters.values())   # articles per cluster (first + duplicates)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100)
+    if sizes:
+        xs = sorted(sizes)
+        left.bar(xs, [sizes[x] for x in xs], color="tab:blue")
+    left.set_xlabel("articles in the cluster (first + duplicates)")
+    left.set_ylabel("clusters")
+    left.set_title("cluster sizes")
+    right.hist(summary.similarities, bins=[i / 40 for i in range(41)], color="tab:orange")
+    right.set_xlabel("estimated Jaccard with the matched article")
+    right.set_ylabel("duplicates")
+    right.set_title("similarity of duplicates")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"stream-dedup: {source} ({summary.records:,} records, {summary.duplicates:,} duplicates)")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    if path.lower().endswith(".png"):
+        Path(path).write_bytes(buf.getvalue())
+        return
+    d = summary.as_dict()
+    rows = [("lines", d["lines"]), ("records", d["records"]), ("new", d["new"]), ("duplicates", d["duplicates"]),
+            *((f"duplicates by {m}", n) for m, n in sorted(summary.by_method.items(), key=lambda kv: -kv[1])),
+            ("repeated ids", d["repeated_ids"]), ("rejects", d["rejects"]), ("blank lines", d["blank_lines"]),
+            ("seconds", d["seconds"]), ("records/s", d["records_per_second"])]
+    table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{v}</td></tr>" for k, v in rows)
+    top = "".join(f"<tr><td>{n + 1}</td><td>{html.escape(root)}</td><td>{html.escape(summary.titles.get(root) or '')}"
+                  f"</td></tr>" for root, n in summary.top_clusters(20))
+    image = base64.b64encode(buf.getvalue()).decode()
+    Path(path).write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>stream-dedup report</title>"
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}</style></head><body>"
+        f"<h1>stream-dedup: {html.escape(source)}</h1><table>{table}</table>"
+        f"<img alt='cluster sizes and similarity histogram' src='data:image/png;base64,{image}'>"
+        "<h2>largest clusters</h2><table><tr><th>articles</th><th>first article</th><th>title</th></tr>"
+        f"{top}</table></body></html>\n", encoding="utf-8")
 
 
 def run_tune(args: argparse.Namespace) -> int:
+    if args.num_perm < 1:
+        raise UsageError(f"--num-perm {args.num_perm}: must be at least 1")
+    if not 0.0 < args.threshold < 1.0:
+        raise UsageError(f"--threshold {args.threshold}: must be between 0 and 1 (exclusive)")
+    if args.fp_weight < 0 or args.fn_weight < 0 or args.fp_weight + args.fn_weight <= 0:
+        raise UsageError("--fp-weight and --fn-weight must be >= 0, and not both 0")
+    if args.bands < 0 or args.rows < 0:
+        raise UsageError("--bands and --rows must be positive")
+    if args.plot:
+        _check_writable("--plot", args.plot)
+        if not args.plot.lower().endswith(".png"):
+            raise UsageError(f"--plot {args.plot}: give a .png file name")
     if args.bands or args.rows:
         if not (args.bands and args.rows):
-            print("stream-dedup tune: give both --bands and --rows, or neither", file=sys.stderr)
-            return 2
-        config = EngineConfig(num_perm=args.num_perm, lsh_threshold=args.threshold,
+            raise UsageError("give both --bands and --rows, or neither")
+        config = EngineConfig(num_perm=max(args.num_perm, 8), lsh_threshold=args.threshold,
                               lsh_bands=args.bands, lsh_rows=args.rows)
+        if args.bands * args.rows > args.num_perm:
+            raise ValueError("invalid engine configuration: lsh_bands * lsh_rows must be <= num_perm")
         params = lsh_params(config)
     else:
         params = optimal_params(args.threshold, args.num_perm, args.fp_weight, args.fn_weight)
@@ -187,8 +471,7 @@ def run_tune(args: argparse.Namespace) -> int:
             import matplotlib.pyplot as plt
             import numpy as np
         except ImportError:
-            print("stream-dedup tune: --plot needs matplotlib (pip install 'stream-dedup[plot]')", file=sys.stderr)
-            return 2
+            raise RunError("--plot needs matplotlib (pip install 'stream-dedup[plot]')") from None
         s = np.linspace(0, 1, 501)
         fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
         ax.plot(s, candidate_probability(s, params.bands, params.rows), lw=2,
@@ -216,31 +499,89 @@ def run_config(args: argparse.Namespace) -> int:
     if args.markdown:
         print(markdown_table())
         return 0
-    print(json.dumps({"engine": redacted(load(EngineConfig)), "service": redacted(load(ServiceConfig))},
+    print(json.dumps({"engine": redacted(load(EngineConfig, args)), "service": redacted(load(ServiceConfig, args))},
                      indent=2, default=str))
     return 0
 
 
+def _quiet_logger() -> logging.Logger:
+    """A logger that drops librdkafka's per-retry connection lines (we print one line of our own)."""
+    quiet = logging.getLogger("stream_dedup.kafka.connect")
+    quiet.propagate = False
+    quiet.setLevel(logging.CRITICAL + 1)
+    return quiet
+
+
+def _kafka_admin(service: ServiceConfig, timeout: float):
+    """An AdminClient checked to reach the brokers within ``timeout`` seconds (else one line, exit 1)."""
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient
+
+    from .service.kafka_config import confluent_config
+
+    if timeout <= 0:
+        raise UsageError(f"--connect-timeout {timeout}: must be > 0")
+    conf = confluent_config(service, **{"socket.connection.setup.timeout.ms": max(1000, int(timeout * 1000)),
+                                        "log.connection.close": False})
+    conf["logger"] = _quiet_logger()
+    admin = AdminClient(conf)
+    try:
+        admin.list_topics(timeout=timeout)
+    except confluent_kafka.KafkaException as err:
+        raise RunError(f"cannot reach the Kafka broker at {service.bootstrap_servers} within {timeout:g} s "
+                       f"({err.args[0].str() if err.args else err}); is it running? Set --bootstrap-servers "
+                       f"or KAFKA_BOOTSTRAP_SERVERS") from None
+    return admin
+
+
 def _kafka_client(kind: str, service: ServiceConfig, **extra: object):
-    """A confluent-kafka client whose logs go through Python logging, checked to reach the brokers."""
+    """A confluent-kafka client whose logs go through Python logging (call after :func:`_kafka_admin`)."""
     import confluent_kafka
 
     from .service.kafka_config import confluent_config
 
     conf = confluent_config(service, **extra)
     conf["logger"] = logging.getLogger("stream_dedup.kafka")
-    client = getattr(confluent_kafka, kind)(conf)
+    return getattr(confluent_kafka, kind)(conf)
+
+
+def _ensure_topic(admin, topic: str, partitions: int | None, timeout: float) -> str:
+    """Create ``topic`` with ``partitions`` (default 1) unless it exists; say what was done."""
+    import confluent_kafka
+    from confluent_kafka.admin import NewTopic
+
+    meta = admin.list_topics(timeout=timeout)
+    if topic in meta.topics and not meta.topics[topic].error:
+        have = len(meta.topics[topic].partitions)
+        note = f" (--partitions {partitions} ignored: an existing topic is left as it is)" \
+            if partitions and partitions != have else ""
+        return f"topic {topic} exists with {have} partition{'s' * (have != 1)}{note}"
+    want = partitions or 1
+    future = admin.create_topics([NewTopic(topic, num_partitions=want, replication_factor=-1)],
+                                 operation_timeout=timeout, request_timeout=max(timeout, 10))[topic]
     try:
-        client.list_topics(timeout=15)
+        future.result(timeout=max(timeout, 10) + 5)
     except confluent_kafka.KafkaException as err:
-        raise SystemExit(f"stream-dedup: cannot reach Kafka at {service.bootstrap_servers}: {err}") from None
-    return client
+        kerr = err.args[0] if err.args else None
+        if kerr is not None and kerr.code() == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+            return f"topic {topic} exists (created concurrently)"
+        raise RunError(f"cannot create topic {topic}: {kerr.str() if kerr is not None else err}") from None
+    return f"created topic {topic} with {want} partition{'s' * (want != 1)}"
 
 
 def run_produce(args: argparse.Namespace) -> int:
     """Send a JSONL file to a topic, one message per line (bad lines too: they test the DLQ)."""
     service = load(ServiceConfig, args)
     topic = args.topic or service.input_topic
+    if args.partitions is not None and args.partitions < 1:
+        raise UsageError(f"--partitions {args.partitions}: must be at least 1")
+    if args.rate < 0 or args.limit < 0:
+        raise UsageError("--rate and --limit must be >= 0")
+    if args.input != "-" and not Path(args.input).is_file():
+        raise UsageError(f"no such input file: {args.input}")
+    admin = _kafka_admin(service, args.connect_timeout)
+    print(f"stream-dedup produce: {_ensure_topic(admin, topic, args.partitions, args.connect_timeout)}",
+          file=sys.stderr)
     producer = _kafka_client("Producer", service, **{"linger.ms": 5, "enable.idempotence": True})
     failures: list[str] = []
 
@@ -287,6 +628,7 @@ def run_tail(args: argparse.Namespace) -> int:
 
     service = load(ServiceConfig, args)
     topics = args.topics or [service.new_topic, service.duplicates_topic, service.dlq_topic]
+    _kafka_admin(service, args.connect_timeout)
     consumer = _kafka_client("Consumer", service, **{
         "group.id": f"stream-dedup-tail-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
         "auto.offset.reset": "earliest" if args.from_beginning else "latest"})
@@ -330,14 +672,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stream-dedup {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("dedup", help="decide new / duplicate-of for every record of a JSONL file (no Kafka)")
+    p = sub.add_parser("dedup", help="decide new / duplicate-of for every record of a JSONL file (no Kafka)",
+                       description="Decide new / duplicate-of for every record of a JSONL file, in input order, "
+                                   "without Kafka. Exit status: 0 done, 1 no record could be processed (or over "
+                                   "--max-reject-rate), 2 usage error, 130/143 interrupted by SIGINT/SIGTERM "
+                                   "(rerun with --resume), 141 output pipe closed.")
     p.add_argument("input", help="input JSONL file, or - for stdin")
     p.add_argument("--out", default="-", help="output JSONL of events, in input order (default: - = stdout)")
-    p.add_argument("--state", default=os.environ.get("STREAM_DEDUP_STATE", "./stream-dedup-state"),
-                   help="index directory (RocksDB); reused across runs [env STREAM_DEDUP_STATE]")
+    p.add_argument("--state", default=None,
+                   help="index directory (RocksDB), kept and reused across runs; default: a temporary directory "
+                        "deleted at exit [env STREAM_DEDUP_STATE]")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run: skip the input lines the --state already handled and "
+                        "append to --out and the rejects file")
     p.add_argument("--rejects", help="where rejected records go (default: OUT.rejects.jsonl, or rejects.jsonl)")
-    p.add_argument("--summary-json", help="also write the summary as JSON to this file")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+    p.add_argument("--rejects-full-record", action="store_true",
+                   help=f"copy the whole rejected line into its reject record (default: the first "
+                        f"{REJECT_SAMPLE_BYTES} bytes)")
+    p.add_argument("--max-reject-rate", type=float, default=None, metavar="RATE",
+                   help="exit 1 when more than this share (0-1) of the records is rejected (default: only when "
+                        "all are)")
+    p.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON to this file")
+    p.add_argument("--report", metavar="FILE",
+                   help="write a picture of the run: cluster sizes and the similarity of duplicates "
+                        "(FILE.png, or FILE.html with the summary table)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar and no summary (errors are still printed)")
     add_arguments(p, EngineConfig)
     p.set_defaults(func=run_dedup)
 
@@ -346,35 +706,62 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(p, EngineConfig)
     p.set_defaults(func=run_worker_command)
 
-    p = sub.add_parser("produce", help="send a JSONL file to a Kafka topic (one message per line)")
+    p = sub.add_parser("produce", help="send a JSONL file to a Kafka topic (one message per line)",
+                       description="Send a JSONL file to a Kafka topic, one message per line (bad lines too, "
+                                   "to watch them reach the DLQ). Creates the topic when it does not exist.")
     p.add_argument("input", help="JSONL file, or - for stdin")
-    p.add_argument("--topic", help="topic (default: the input topic)")
-    p.add_argument("--key-field", default="id", help="JSON field used as the message key")
+    p.add_argument("--topic", help="topic (default: the input topic, --input-topic)")
+    p.add_argument("--input-topic", dest="input_topic", default=None, metavar="INPUT_TOPIC",
+                   help="the worker's input topic, used when --topic is not given [env STREAM_DEDUP_INPUT_TOPIC] "
+                        "(default: 'articles')")
+    p.add_argument("--partitions", type=int, default=None,
+                   help="partitions of the topic when it has to be created (default: 1); an existing topic "
+                        "is left as it is")
+    p.add_argument("--key-field", default="id", help="JSON field used as the message key (default: %(default)s)")
     p.add_argument("--rate", type=float, default=0.0, help="messages per second (default: as fast as possible)")
-    p.add_argument("--limit", type=int, default=0, help="stop after this many messages")
-    add_arguments(p, ServiceConfig)
+    p.add_argument("--limit", type=int, default=0, help="stop after this many messages (default: all)")
+    p.add_argument("--connect-timeout", type=float, default=5.0,
+                   help="seconds to wait for the broker before giving up (default: %(default)s)")
+    add_arguments(p, ServiceConfig, only=KAFKA_CLIENT_FIELDS)
     p.set_defaults(func=run_produce)
 
-    p = sub.add_parser("tail", help="print the events of the output topics (new, duplicates, DLQ)")
+    p = sub.add_parser("tail", help="print the events of the output topics (new, duplicates, DLQ)",
+                       description="Print the messages of Kafka topics as JSON lines with their headers.")
     p.add_argument("topics", nargs="*", help="topics (default: the new, duplicates and DLQ topics)")
-    p.add_argument("--from-beginning", action="store_true")
-    p.add_argument("--max-messages", type=int, default=0)
-    p.add_argument("--idle-timeout", type=float, default=0.0, help="stop after this many seconds without messages")
-    add_arguments(p, ServiceConfig)
+    for name in ("new_topic", "duplicates_topic", "dlq_topic"):
+        f = ServiceConfig.__dataclass_fields__[name]
+        p.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=name.upper(),
+                       help=f"{f.metadata['help']} Read when no TOPIC is given. [env {env_name(f)}] "
+                            f"(default: {f.default!r})")
+    p.add_argument("--from-beginning", action="store_true", help="read the topics from their first message")
+    p.add_argument("--max-messages", type=int, default=0, help="stop after this many messages (default: no limit)")
+    p.add_argument("--idle-timeout", type=float, default=0.0,
+                   help="stop after this many seconds without messages (default: never)")
+    p.add_argument("--connect-timeout", type=float, default=5.0,
+                   help="seconds to wait for the broker before giving up (default: %(default)s)")
+    add_arguments(p, ServiceConfig, only=KAFKA_CLIENT_FIELDS)
     p.set_defaults(func=run_tail)
 
     p = sub.add_parser("tune", help="choose LSH bands/rows for a threshold, print and plot the S-curve")
-    p.add_argument("--threshold", type=float, default=EngineConfig.lsh_threshold)
-    p.add_argument("--num-perm", type=int, default=EngineConfig.num_perm)
-    p.add_argument("--bands", type=int, default=0, help="evaluate these bands instead of optimising")
-    p.add_argument("--rows", type=int, default=0, help="evaluate these rows instead of optimising")
-    p.add_argument("--fp-weight", type=float, default=0.5)
-    p.add_argument("--fn-weight", type=float, default=0.5)
-    p.add_argument("--plot", help="write the S-curve to this PNG file")
+    p.add_argument("--threshold", type=float, default=EngineConfig.lsh_threshold,
+                   help="similarity at which LSH should start proposing candidates (default: %(default)s)")
+    p.add_argument("--num-perm", type=int, default=EngineConfig.num_perm,
+                   help="MinHash permutations available for bands x rows (default: %(default)s)")
+    p.add_argument("--bands", type=int, default=0, help="evaluate these bands instead of optimising (with --rows)")
+    p.add_argument("--rows", type=int, default=0, help="evaluate these rows instead of optimising (with --bands)")
+    p.add_argument("--fp-weight", type=float, default=0.5,
+                   help="weight of the false-positive area below the threshold when optimising (default: %(default)s)")
+    p.add_argument("--fn-weight", type=float, default=0.5,
+                   help="weight of the false-negative area above the threshold when optimising (default: %(default)s)")
+    p.add_argument("--plot", metavar="FILE.png", help="write the S-curve to this PNG file")
     p.set_defaults(func=run_tune)
 
-    p = sub.add_parser("config", help="print the effective configuration (secrets masked)")
+    p = sub.add_parser("config", help="print the effective configuration (secrets masked)",
+                       description="Print the effective configuration as JSON (flags over environment over "
+                                   "defaults; secrets masked), or the reference table of all settings.")
     p.add_argument("--markdown", action="store_true", help="print the reference table of all settings")
+    add_arguments(p, EngineConfig)
+    add_arguments(p, ServiceConfig)
     p.set_defaults(func=run_config)
     return parser
 
@@ -383,11 +770,30 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=os.environ.get("STREAM_DEDUP_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prog = f"stream-dedup {args.command}"
     try:
         return args.func(args)
+    except UsageError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+    except RunError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # the reader went away (e.g. `| head`): stop quietly, and keep Python from complaining at exit
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
     except ValueError as err:  # configuration errors: say what is wrong, no traceback
         print(f"stream-dedup: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a file that cannot be read or written mid-run
+        where = f" {err.filename}" if err.filename else ""
+        print(f"{prog}:{where} {err.strerror or err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -175,10 +175,18 @@ def _convert(f: dataclasses.Field, raw: Any) -> Any:
     return raw
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one ``--flag`` per field of ``cls``; unset flags stay ``None`` so env/defaults apply."""
+#: the ServiceConfig fields a plain Kafka client needs (``produce``, ``tail``): connection and security
+KAFKA_CLIENT_FIELDS = ("bootstrap_servers", "security_protocol", "sasl_mechanism", "sasl_username",
+                       "sasl_password", "ssl_cafile", "log_level")
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type, only: tuple[str, ...] | None = None) -> None:
+    """Add one ``--flag`` per field of ``cls`` (or of the fields named in ``only``); unset flags stay
+    ``None`` so env/defaults apply."""
     group = parser.add_argument_group(cls.__name__)
     for f in fields(cls):
+        if only is not None and f.name not in only:
+            continue
         default = f.default
         shown = "" if f.metadata.get("secret") else f" (default: {default!r})"
         group.add_argument(flag_name(f), dest=f.name, default=None, metavar=f.name.upper(),
