@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -130,9 +131,11 @@ class Progress:
         if enabled:
             from tqdm import tqdm
 
+            # the size as the terminal reports it; one that reports 0 x 0 (a fresh pty) counts as 80 x 24
+            size = shutil.get_terminal_size((80, 24))
             self.bar = tqdm(total=total_bytes, initial=initial, unit="B", unit_scale=True, unit_divisor=1024,
-                            file=sys.stderr, dynamic_ncols=True, mininterval=0.2, leave=False,
-                            desc="stream-dedup")
+                            file=sys.stderr, ncols=size.columns, nrows=size.lines, mininterval=0.2,
+                            leave=False, desc="stream-dedup")
 
     def update(self, summary: Summary, nbytes: int) -> None:
         if self.bar is None:
