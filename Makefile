@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export STREAM_DEDUP_CACHE ?= $(HOME)/.cache/stream-dedup
 
-.PHONY: install lint test test-unit helm kafka-start kafka-stop bench demo demo-shared sample clean
+.PHONY: install lint test test-unit helm kafka-start kafka-stop bench demo demo-shared sample readme-check readme clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,14 @@ demo-shared: install
 # Rebuild the sample from the shared articles (the committed sample is the output of exactly this).
 sample:
 	$(PYTHON) scripts/make_sample.py $(SHARED)/news_articles.jsonl $(SAMPLE)
+
+# The README's sample outputs, library example and command reference against the current code.
+readme-check: install
+	$(PY) scripts/readme_check.py
+
+# Rewrite those parts of the README from what the code prints now.
+readme: install
+	$(PY) scripts/readme_check.py --write
 
 bench: install
 	$(PY) bench/quality.py

@@ -745,7 +745,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(p, ServiceConfig, only=KAFKA_CLIENT_FIELDS)
     p.set_defaults(func=run_tail)
 
-    p = sub.add_parser("tune", help="choose LSH bands/rows for a threshold, print and plot the S-curve")
+    p = sub.add_parser("tune", help="choose LSH bands/rows for a threshold, print and plot the S-curve",
+                       description="Choose the LSH bands and rows for a threshold (or evaluate given ones), print "
+                                   "the candidate probability at several similarities, and plot the S-curve.")
     p.add_argument("--threshold", type=float, default=EngineConfig.lsh_threshold,
                    help="similarity at which LSH should start proposing candidates (default: %(default)s)")
     p.add_argument("--num-perm", type=int, default=EngineConfig.num_perm,
