@@ -18,21 +18,21 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# Compilers only for dependencies that ship no wheel for this platform; never in the final image.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential \
-    && rm -rf /var/lib/apt/lists/*
-
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-RUN pip install --upgrade pip setuptools wheel
 
 WORKDIR /src
+# Dependencies from the lock (exact versions and hashes, wheels only: no compiler, nothing unpinned),
+# made by `make lock` from pyproject.toml; setuptools, which builds the package below, is in it too.
+COPY requirements/runtime.lock ./requirements/runtime.lock
+RUN pip install --no-deps --require-hashes --only-binary=:all: -r requirements/runtime.lock
+
 COPY pyproject.toml README.md* ./
 COPY stream_dedup ./stream_dedup
-# A regular (non-editable) install: the package and its dependencies land in /opt/venv,
-# byte-compiled, so the read-only runtime filesystem never needs to write .pyc files.
-RUN pip install . \
+# A regular (non-editable) install of the package alone: its dependencies are already in /opt/venv,
+# and no build isolation means no unpinned setuptools download.  Byte-compiled, so the read-only
+# runtime filesystem never needs to write .pyc files.
+RUN pip install --no-deps --no-build-isolation . \
     && python -m compileall -q /opt/venv \
     && stream-dedup --help >/dev/null
 

@@ -4,15 +4,39 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export STREAM_DEDUP_CACHE ?= $(HOME)/.cache/stream-dedup
 
-.PHONY: install lint test test-unit helm kafka-start kafka-stop bench demo demo-shared sample readme-check readme clean
+.PHONY: install lock lint test test-unit helm kafka-start kafka-stop bench demo demo-shared sample readme-check readme clean
 
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench,plot]'
+# Installs come from the lock files in requirements/ (exact versions and hashes), made by `make lock`:
+#   uv.txt       the lock tool uv itself, installed by pip with --require-hashes
+#   dev.lock     the package's dependencies with the test, bench and plot extras, and setuptools (make install, CI)
+#   runtime.lock the dependencies alone, and setuptools (the Docker image)
+# The package itself is then installed without its dependencies and without build isolation, so nothing
+# unlocked is fetched.  LOCK_PYTHON is the oldest Python the lock must serve (requires-python).
+UV := $(VENV)/bin/uv
+LOCK_PYTHON ?= 3.10
+LOCK_FLAGS := --universal --python-version $(LOCK_PYTHON) --generate-hashes --quiet --no-header --no-annotate
+
+$(VENV)/bin/uv: requirements/uv.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r requirements/uv.txt
+	touch $@
+
+$(VENV)/.installed: pyproject.toml requirements/dev.lock $(VENV)/bin/uv
+	$(UV) pip install -q --python $(PY) --require-hashes -r requirements/dev.lock
+	$(UV) pip install -q --python $(PY) --no-deps --no-build-isolation -e .
 	touch $@
 
 install: $(VENV)/.installed
+
+# Refresh the lock files from pyproject.toml (needs PyPI); commit the result.
+lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements/uv.in
+	$(UV) pip compile $(LOCK_FLAGS) requirements/uv.in -o requirements/uv.txt
+	$(UV) pip compile $(LOCK_FLAGS) pyproject.toml requirements/build.in --extra test --extra bench --extra plot \
+		-o requirements/dev.lock
+	$(UV) pip compile $(LOCK_FLAGS) pyproject.toml requirements/build.in -o requirements/runtime.lock
+	$(PY) scripts/lock_stamp.py --write requirements/uv.txt requirements/dev.lock requirements/runtime.lock
 
 lint: install
 	$(VENV)/bin/ruff check stream_dedup tests bench scripts

@@ -251,3 +251,29 @@ def test_dockerignore_keeps_what_copy_needs(stages: list[Stage]) -> None:
                     assert not ignored(match, patterns), f"COPY {source}: excluded by .dockerignore"
     assert not ignored("stream_dedup/config.py", patterns)
     assert not ignored("pyproject.toml", patterns)
+
+
+# --------------------------------------------------------------------------- installs from the lock
+
+def test_builder_installs_dependencies_from_the_lock(stages: list[Stage]) -> None:
+    """Issue 14 item 13: dependencies come only from requirements/runtime.lock (versions and hashes,
+    wheels only), then the package alone; no unpinned pip or apt install."""
+    builder = stages[0]
+    runs = builder.all("RUN")
+    lock_installs = [r for r in runs if "-r requirements/runtime.lock" in r]
+    assert lock_installs, "the builder must install requirements/runtime.lock"
+    assert all("--require-hashes" in r and "--only-binary=:all:" in r and "--no-deps" in r for r in lock_installs)
+    assert any("COPY" == kw and "requirements/runtime.lock" in args for kw, args in builder.instructions)
+    for run in runs:
+        for cmd in re.split(r"&&|;", run):
+            if re.search(r"\bpip install\b", cmd):
+                assert "--require-hashes" in cmd or ("--no-deps" in cmd and "--no-build-isolation" in cmd), \
+                    f"unpinned pip install: {cmd.strip()}"
+            assert not re.search(r"\bapt-get install\b", cmd) or re.search(r"\S+=\S+", cmd), \
+                f"unpinned apt install: {cmd.strip()}"
+    # the lock is installed before the sources are copied (a source edit keeps the dependency layer cached)
+    order = [args for kw, args in builder.instructions if kw in ("COPY", "RUN")]
+    lock_at = next(i for i, a in enumerate(order) if "-r requirements/runtime.lock" in a)
+    src_at = next(i for i, a in enumerate(order) if a.startswith("stream_dedup"))
+    assert lock_at < src_at
+    assert (ROOT / "requirements" / "runtime.lock").is_file()
