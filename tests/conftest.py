@@ -108,7 +108,8 @@ def unique_topic_prefix() -> str:
     return f"t-{uuid.uuid4().hex[:8]}"
 
 
-def create_topics(admin, names: Iterable[str], partitions: int = 1, timeout: float = 60.0) -> list[str]:
+def create_topics(admin, names: Iterable[str], partitions: int = 1, timeout: float = 60.0,
+                  config: dict[str, str] | None = None) -> list[str]:
     """Create ``names`` (replication factor 1) and wait until every partition has a leader.
 
     Topics that already exist are accepted.  Returns the names.
@@ -122,7 +123,7 @@ def create_topics(admin, names: Iterable[str], partitions: int = 1, timeout: flo
     if not names:
         return names
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names],
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {}) for name in names],
         operation_timeout=timeout, request_timeout=timeout)
     for name, future in futures.items():
         try:
@@ -152,8 +153,8 @@ def kafka_topics(kafka_admin) -> Iterator[Callable[..., list[str]]]:
     """Factory ``kafka_topics(names, partitions=1)``; the topics are deleted after the test."""
     created: list[str] = []
 
-    def make(names: Iterable[str], partitions: int = 1) -> list[str]:
-        names = create_topics(kafka_admin, names, partitions=partitions)
+    def make(names: Iterable[str], partitions: int = 1, config: dict[str, str] | None = None) -> list[str]:
+        names = create_topics(kafka_admin, names, partitions=partitions, config=config)
         created.extend(names)
         return names
 

@@ -271,7 +271,8 @@ def consume_all(bootstrap: str, topics: list[str], *, until: Any = None, timeout
     from confluent_kafka import Consumer
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-reader-{time.time_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})  # only committed transactions count
     c.subscribe(topics)
     out: list[Consumed] = []
     deadline = time.monotonic() + timeout

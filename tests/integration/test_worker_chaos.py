@@ -1,0 +1,224 @@
+"""Exactly-once under faults, against the real broker and real worker processes.
+
+Every test produces to a 3-partition input topic (good articles with near-duplicates, and bad
+records mixed in) while it hurts the service, then reads the committed outputs with
+``read_committed`` and checks them with :mod:`eos_check`: each input record has exactly one
+event or dead letter, and its decision equals an uninterrupted run's on the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from stream_dedup.config import EngineConfig
+from stream_dedup.record import REJECT_REASONS
+
+from eos_check import check
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 3
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Feed(threading.Thread):
+    """Produces ``records`` round-robin over the partitions at ``rate`` records/s; keeps their positions."""
+
+    def __init__(self, kio, topic: str, records: list[tuple[bytes, bytes]], rate: float) -> None:
+        super().__init__(daemon=True)
+        self.kio, self.topic, self.records, self.rate = kio, topic, records, rate
+        self.positions: list[tuple[int, int]] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            chunk = max(1, int(self.rate / 10))
+            for i in range(0, len(self.records), chunk):
+                t0 = time.monotonic()
+                batch = [(k, v, (i + j) % PARTITIONS) for j, (k, v) in enumerate(self.records[i:i + chunk])]
+                self.positions += [(p, o) for p, o, _ts in self.kio.produce(self.topic, batch)]
+                time.sleep(max(0.0, 0.1 - (time.monotonic() - t0)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def traffic(kio, n_stories: int, bad_every: int = 25) -> list[tuple[bytes, bytes]]:
+    out = []
+    for i, (rid, _cluster, value) in enumerate(kio.synthetic_records(n_stories, variants_per_story=2)):
+        out.append((rid.encode(), value))
+        if i % bad_every == 0:
+            out.append((f"bad-{i}".encode(), b"not json {" if i % 2 else json.dumps({"id": f"nt-{i}"}).encode()))
+    return out
+
+
+def assert_exactly_once(kio, t, feed: Feed, **flags) -> None:
+    assert feed.error is None, feed.error
+    cfg = EngineConfig(**flags)
+    report = check(kio.bootstrap, t.new, t.duplicates, t.dlq, t.signatures, feed.positions, cfg)
+    print(f"exactly-once check: {report.row()}")
+    assert (report.lost, report.doubled, report.contradictory) == (0, 0, 0), report.examples[:10]
+    assert report.events == report.produced
+
+
+def test_sigkill_cycles_lose_and_double_nothing(kio, kafka_topics, worker_topics, start_worker, tmp_path):
+    t = worker_topics
+    kafka_topics([t.input], partitions=PARTITIONS)
+    data_dir = tmp_path / "data"
+    w = start_worker(t, name="w0", data_dir=data_dir, batch_size=50)
+    w.wait_ready(timeout=90)
+    feed = Feed(kio, t.input, traffic(kio, 1200), rate=150)
+    feed.start()
+    rnd = random.Random(7)
+    kills = 0
+    for cycle in range(5):
+        time.sleep(rnd.uniform(1.5, 3.5))
+        assert w.alive(), w.log_tail()
+        w.signal(signal.SIGKILL)
+        w.wait(timeout=30)
+        kills += 1
+        w = start_worker(t, name=f"w{cycle + 1}", data_dir=data_dir, batch_size=50)
+        w.wait_ready(timeout=90)
+    assert feed.is_alive() or kills == 5
+    feed.join(timeout=120)
+    assert_exactly_once(kio, t, feed)
+
+
+def test_sigterm_mid_stream_then_restart_is_exactly_once(kio, kafka_topics, worker_topics, start_worker,
+                                                         tmp_path):
+    t = worker_topics
+    kafka_topics([t.input], partitions=PARTITIONS)
+    data_dir = tmp_path / "data"
+    feed = Feed(kio, t.input, traffic(kio, 800), rate=400)
+    feed.start()
+    w = start_worker(t, name="w0", data_dir=data_dir)
+    w.wait_ready(timeout=90)
+    time.sleep(2)
+    w.signal(signal.SIGTERM)
+    assert w.wait(timeout=60) == 0, w.log_tail()
+    w2 = start_worker(t, name="w1", data_dir=data_dir)
+    w2.wait_ready(timeout=90)
+    feed.join(timeout=120)
+    assert_exactly_once(kio, t, feed)
+
+
+def _broker_pid() -> int | None:
+    run_dir = Path(os.environ.get("KAFKA_RUN_DIR", "/tmp/stream-dedup-kafka"))
+    try:
+        return int((run_dir / "kafka.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def test_broker_frozen_20s_worker_recovers_by_itself(kio, kafka_topics, worker_topics, start_worker):
+    pid = _broker_pid()
+    if pid is None:
+        if os.environ.get("CI"):
+            pytest.fail("no broker pid under KAFKA_RUN_DIR: CI must run the broker of scripts/kafka.sh")
+        pytest.skip("the broker is not ours (KAFKA_BOOTSTRAP_SERVERS): cannot freeze it")
+    t = worker_topics
+    kafka_topics([t.input], partitions=PARTITIONS)
+    w = start_worker(t, name="w0")
+    w.wait_ready(timeout=90)
+    feed = Feed(kio, t.input, traffic(kio, 300), rate=100)
+    feed.start()
+    time.sleep(2)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        not_ready = None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            status, body = w.readyz()
+            if status == 503:
+                not_ready = body
+            assert w.alive(), w.log_tail()
+            time.sleep(0.5)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert not_ready is not None, "the worker stayed ready while the broker was frozen"
+    print(f"while frozen: {not_ready.get('reasons')}")
+    w.wait_ready(timeout=120)
+    feed.join(timeout=180)
+    assert w.alive(), w.log_tail()
+    assert_exactly_once(kio, t, feed)
+    lines = [x for x in w.log_text().splitlines() if "retrying" in x]
+    assert len(lines) < 100, f"{len(lines)} retry lines: the worker floods the log"
+
+
+def test_decision_owner_killed_and_third_worker_joining(kio, kafka_topics, worker_topics, start_worker):
+    t = worker_topics
+    kafka_topics([t.input], partitions=PARTITIONS)
+    workers = [start_worker(t, name=f"w{i}") for i in range(2)]
+    for w in workers:
+        w.wait_ready(timeout=90)
+    feed = Feed(kio, t.input, traffic(kio, 900), rate=150)
+    feed.start()
+    time.sleep(3)
+    owner = next(w for w in workers if w.readyz()[1].get("decision_stage"))
+    survivor = next(w for w in workers if w is not owner)
+    owner.signal(signal.SIGKILL)
+    owner.wait(timeout=30)
+    killed_at = time.monotonic()
+    took_over = None
+    while time.monotonic() - killed_at < 60:
+        body = survivor.readyz()[1]
+        if body.get("decision_stage") and body.get("decision_state") == "deciding":
+            took_over = time.monotonic() - killed_at
+            break
+        time.sleep(0.2)
+    assert took_over is not None, survivor.log_tail()
+    print(f"the survivor decides {took_over:.1f} s after the owner was killed (session timeout 6 s)")
+    assert took_over < 6 + 10
+    third = start_worker(t, name="w-third")  # a rebalance under load
+    third.wait_ready(timeout=90)
+    feed.join(timeout=180)
+    assert_exactly_once(kio, t, feed)
+
+
+def test_flood_of_bad_records_all_reach_the_dlq(kio, kafka_topics, worker_topics, start_worker, tmp_path):
+    """Thousands of bad records of many kinds among good ones; a 5 MB record becomes a reference."""
+    t = worker_topics
+    kafka_topics([t.input], partitions=PARTITIONS, config={"max.message.bytes": str(8 * 1024 * 1024)})
+    kinds = [b"not json", b"[1, 2]", b'{"text": "no id"}', b'{"id": "", "text": "x"}', b'{"id": 5, "text": "x"}',
+             b'{"id": "nt"}', b'{"id": "wt", "text": 5}', b'{"id": "u", "text": "\xff\xfe"}', b"\x00\x00\x00",
+             b"[" * 5000 + b"]" * 5000, b'{"id": "' + b"i" * 20000 + b'", "text": "huge id"}',
+             b'{"id": "c", "text": "ctrl \x01\x02 chars"}']
+    records: list[tuple[bytes, bytes]] = []
+    good = kio.synthetic_records(200, variants_per_story=1)
+    n_bad = 0
+    for i in range(4000):
+        records.append((f"b{i}".encode(), kinds[i % len(kinds)]))
+        n_bad += 1
+        if i % 20 == 0 and good:
+            rid, _c, value = good.pop()
+            records.append((rid.encode(), value))
+    records.append((b"huge", b'{"id": "huge", "text": "' + b"x" * (5 * 1024 * 1024) + b'"}'))
+    w = start_worker(t, name="w0")
+    w.wait_ready(timeout=90)
+    feed = Feed(kio, t.input, records, rate=4000)
+    feed.run()
+    assert_exactly_once(kio, t, feed)
+    assert w.alive(), w.log_tail()
+    text = kio.http_get(w.url + "/metrics")[1]
+    dead = sum(kio.metric_value(text, "stream_dedup_dead_letters_total", {"reason": r}) or 0 for r in
+               REJECT_REASONS)
+    assert dead >= n_bad, dead
+    from eos_check import read_topic
+
+    huge = [m for m in read_topic(kio.bootstrap, [t.dlq], idle=1.0) if m.key() == b"huge"]
+    assert len(huge) == 1
+    h = {k: v.decode() for k, v in huge[0].headers()}
+    assert h["dlq.truncated"] == "true" and int(h["dlq.original.size"]) > 5 * 1024 * 1024
+    assert len(huge[0].value()) == 1024
+    rss_kb = int(subprocess.run(["ps", "-o", "rss=", "-p", str(w.proc.pid)], capture_output=True,
+                                text=True).stdout.strip() or 0)
+    print(f"worker RSS after the flood: {rss_kb / 1024:.0f} MiB")
+    assert rss_kb < 1_500_000
