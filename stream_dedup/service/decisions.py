@@ -74,6 +74,9 @@ EVICT_INTERVAL = 60.0
 GAUGE_INTERVAL = 2.0
 #: a transaction commit taking longer than this makes the stage report "waiting for the broker"
 SLOW_COMMIT = 3.0
+#: seconds between broker probes (and the longest a probe waits)
+PROBE_INTERVAL = 2.0
+NO_ANSWER = "no answer from the broker"
 #: bytes left for headers and framing below the dead-letter topic's max.message.bytes
 DLQ_MARGIN = 4096
 
@@ -170,8 +173,26 @@ class DecisionStage:
         return {"state": self.state, "owns": self.owned, "index_checkpoint": self.last_applied,
                 "committed_offset": self.committed, "reasons": reasons}
 
+    def _probe_broker(self) -> None:
+        """Every PROBE_INTERVAL s, ask the broker for the signatures topic's metadata.
+
+        A frozen or partitioned broker answers nothing and librdkafka reports it only after its
+        socket timeout (a minute); the probe makes ``/readyz`` say so within seconds.
+        """
+        while not self._stop.wait(PROBE_INTERVAL):
+            try:
+                self.consumer.list_topics(self.topic, timeout=PROBE_INTERVAL)
+                if self.broker_error is not None and self.broker_error.startswith(NO_ANSWER):
+                    log.info("decision stage: the broker answers again")
+                    self.broker_error = None
+            except Exception as exc:  # noqa: BLE001 - KafkaException, or the consumer is closed
+                if self._stop.is_set():
+                    return
+                self._broker_trouble(f"{NO_ANSWER} in {PROBE_INTERVAL:.0f} s ({exc})")
+
     def run(self) -> int:
         """0 after :meth:`stop`; 3 after a fatal error."""
+        threading.Thread(target=self._probe_broker, name="stream-dedup-broker-probe", daemon=True).start()
         self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_lost)
         code = 0
@@ -477,6 +498,7 @@ class DecisionStage:
             log.warning("output record to %s failed: %s", msg.topic(), err)
 
     def _close(self) -> None:
+        self._stop.set()
         try:
             self.consumer.close()
         except Exception:  # noqa: BLE001

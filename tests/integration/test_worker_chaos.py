@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+from eos_check import check
 
 from stream_dedup.config import EngineConfig
 from stream_dedup.record import REJECT_REASONS
-
-from eos_check import check
 
 pytestmark = pytest.mark.kafka
 
@@ -187,7 +186,7 @@ def test_flood_of_bad_records_all_reach_the_dlq(kio, kafka_topics, worker_topics
     """Thousands of bad records of many kinds among good ones; a 5 MB record becomes a reference."""
     t = worker_topics
     kafka_topics([t.input], partitions=PARTITIONS, config={"max.message.bytes": str(8 * 1024 * 1024)})
-    kinds = [b"not json", b"[1, 2]", b'{"text": "no id"}', b'{"id": "", "text": "x"}', b'{"id": 5, "text": "x"}',
+    kinds = [b"not json", b"[1, 2]", b'{"text": "no id"}', b'{"id": "", "text": "x"}', b'{"id": null, "text": "x"}',
              b'{"id": "nt"}', b'{"id": "wt", "text": 5}', b'{"id": "u", "text": "\xff\xfe"}', b"\x00\x00\x00",
              b"[" * 5000 + b"]" * 5000, b'{"id": "' + b"i" * 20000 + b'", "text": "huge id"}',
              b'{"id": "c", "text": "ctrl \x01\x02 chars"}']
