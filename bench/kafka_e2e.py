@@ -119,8 +119,8 @@ class Worker:
         try:
             import psutil
 
-            t = psutil.Process(self.proc.pid).cpu_times()
-            return t.user + t.system
+            proc = psutil.Process(self.proc.pid)  # the worker and its children (fingerprint, decision stage)
+            return sum(t.user + t.system for t in (p.cpu_times() for p in [proc, *proc.children(recursive=True)]))
         except Exception:  # noqa: BLE001
             return float("nan")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -391,7 +392,7 @@ def test_receipts_tell_a_second_delivery_from_a_first(tmp_path) -> None:
     cfg = EngineConfig()
     text = "the quick brown fox jumps over the lazy dog near the river bank today " * 3
     with Deduplicator(cfg, tmp_path / "s") as d:
-        fp = d.fingerprint(parse_record(('{"id": "a", "text": "%s"}' % text).encode(), cfg))
+        fp = d.fingerprint(parse_record(json.dumps({"id": "a", "text": text}).encode(), cfg))
         first = d.decide("a", fp, now=1.0, checkpoint=("sig", 5), receipt=b"r" * 16)
         assert first.type == "new" and not first.seen_before
         assert d.receipt(b"r" * 16) == (5, False)

@@ -9,18 +9,18 @@ import pytest
 
 from stream_dedup.service.serialization import (
     DLQ_HEADERS,
-    MAX_DETAIL,
     DLQ_SAMPLE_BYTES,
+    MAX_DETAIL,
     RejectRecord,
     SignatureDecodeError,
     SignatureRecord,
     decode_stage_record,
-    reject_record,
     dlq_headers,
     encode_json,
     iso_now,
     output_event,
     parse_dlq_headers,
+    reject_record,
 )
 
 
