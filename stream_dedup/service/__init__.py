@@ -5,70 +5,27 @@ Architecture
 
 ::
 
-      producers                      every worker (N replicas)                 one worker at a time
-    ─────────────┐   ┌──────────────────────────────────────────┐          ┌────────────────────────────────┐
-     articles    │   │ stage 1  (agent on the input topic)      │          │ stage 2 (agent on signatures-0)│
-     P partitions├──►│ parse_record(raw bytes) -> Fingerprinter │─────────►│ catch-up if index behind       │
-    ─────────────┘   │  ok  -> signature record ────────────────┼──┐       │ Deduplicator.decide(id, fp,    │
-                     │  bad -> articles.dlq (original bytes,    │  │       │   checkpoint=offset)  RocksDB  │
-                     │         reason + source in headers)      │  │       │ event -> articles.new          │
-                     └──────────────────────────────────────────┘  │       │       or articles.duplicates   │
-                                                                   │       └────────────────────────────────┘
-                                            articles.signatures ◄──┘ (1 partition: one total order)
+      producers            every worker: Faust app (main process)        one worker: decision process
+    ─────────────┐   ┌──────────────────────────────────────────┐    ┌──────────────────────────────────┐
+     articles    │   │ stage 1  (agent on the input topic)      │    │ stage 2 (confluent-kafka, its own│
+     P partitions├──►│ parse_record -> Fingerprinter (child)    │───►│ process): per batch ONE Kafka    │
+    ─────────────┘   │  ok  -> signature record                 │    │ transaction: decide on RocksDB,  │
+                     │  bad -> reject record (original bytes)   │    │ produce events + dead letters,   │
+                     └──────────────────────────────────────────┘    │ commit the signature offsets     │
+                                       articles.signatures (1 partition) └──────────────────────────────────┘
 
-Stage 1 is stateless CPU work (parse, shingle, MinHash, SimHash) and runs on every worker for
-the input partitions it owns.  It produces a compact *signature record* (article id,
-``Fingerprint.to_bytes()``, source topic/partition/offset, the input record's Kafka
-timestamp) to the internal ``signatures_topic``, which has exactly ONE partition.  Stage 2
-consumes that partition, so there is a single ordered decision stage owned by exactly one
-worker (the consumer group guarantees it): every article is compared with everything indexed
-before it, whichever input partition either of them arrived on.
+Stage 1 (:mod:`.app`) is stateless CPU work and runs on every worker for the input partitions it
+owns.  It is at-least-once: a batch's input offsets are acked after its records are acknowledged
+by Kafka (``acks=all``), so after a crash some records are sent again.  Stage 2
+(:mod:`.decisions`, run by :mod:`.decision_process`) is exactly-once: it consumes the single
+signatures partition with ``read_committed``, and commits events, dead letters and its consumed
+offsets in one transaction with a stable ``transactional.id`` (a new owner fences an old one).
+Receipts stored in the index with each decision make it answer each *input* record once, even
+when stage 1 sent its signature twice or a transaction aborted after the index was written.
 
-Delivery (at least once)
-    Both agents take batches (``noack_take``) and ack a batch's input events only after every
-    record produced for it (signatures, events, dead letters) has been acknowledged by Kafka
-    (librdkafka idempotent producer, ``acks=all``); batches are pipelined, acks may complete
-    out of order, and Faust commits, every ``commit_interval`` seconds, only up to the first
-    offset that is not acked.  So a crash (SIGKILL) re-delivers at most the unacknowledged
-    tail.  ``Deduplicator.decide`` is idempotent: an id already indexed returns its first
-    decision (``seen_before``), so a redelivered article gets the same event again and is
-    never a duplicate of itself.  A failed send crashes the worker without acking (exit code
-    1; the supervisor restarts it).  SIGTERM stops gracefully: in-flight batches finish and
-    are acked, acked offsets are committed (nothing is redone after the restart).
-
-Index ownership and catch-up
-    The engine's RocksDB index lives in the data dir of the worker that owns signatures-0.
-    ``decide`` stores the signatures offset it applied atomically with the insert (the
-    checkpoint).  When a worker is assigned signatures-0 and its checkpoint is behind the
-    group's committed offset (another worker decided in between, or its disk is new), it
-    replays signatures-0 from checkpoint+1 up to the committed offset with a separate
-    confluent-kafka consumer (manual assign, no commits), applying ``decide`` without
-    emitting events, before it decides anything new; ``/readyz`` is 503 meanwhile.  Records
-    are decided with ``now`` = the input record's Kafka timestamp, so a replay rebuilds the
-    same index and re-deciding gives the same decisions.  The signatures topic is created
-    with retention = forever (or the engine retention + 1 day) so a replay is always possible.
-
-Dead letters
-    Value and key = the input record's, byte for byte; headers ``dlq.reason``,
-    ``dlq.detail``, ``dlq.source.topic``, ``dlq.source.partition``, ``dlq.source.offset``,
-    ``dlq.source.timestamp`` (see :mod:`.serialization`).  Counted in
-    ``stream_dedup_dead_letters_total{reason}``; the worker keeps going.
-
-Process layout (one worker)
-    The event loop (uvloop when installed) runs both agents, the Kafka I/O and the
-    decisions; Faust's aiokafka consumer runs in its own thread; records are produced through
-    librdkafka (:mod:`.producer`); parsing + fingerprinting run in ``fingerprint_processes``
-    child processes fed over a socketpair (:mod:`.stage1`).  A worker thus uses about two
-    cores.
-
-Scaling
-    Stage 1 (tokenising and hashing) scales with workers up to the number of input
-    partitions.  Stage 2 is one partition on one worker: its throughput (RocksDB lookups and
-    inserts plus one consume and one produce per article) is the ceiling of the whole
-    service, whatever the number of workers (``bench/kafka_e2e.py`` measures it: about 2,200
-    to 2,600 articles/s on the 2-core test machine, vs about 1,500 for one whole worker).
-    Past that, the index would have to be sharded by LSH band key with an aggregation step
-    (not implemented).
+So for every input record the committed outputs hold exactly one event or dead letter; see
+:mod:`.decisions` for the argument and ``tests/integration/test_worker_chaos.py`` for the proof
+under SIGKILL cycles, broker freezes, failover and floods of bad input.
 
 Entry points: :func:`run_worker` (``stream-dedup worker`` and ``python -m stream_dedup.service``).
 """
