@@ -201,6 +201,20 @@ class _Signals:
             signal.signal(sig, old)
 
 
+def _quietly_closed(stack: ExitStack, fh: IO[str]) -> IO[str]:
+    """Close ``fh`` when ``stack`` unwinds, ignoring errors: a run that ends normally closes its outputs
+    itself first (so a failed last write is reported), and one that failed has reported already."""
+
+    def close() -> None:
+        try:
+            fh.close()
+        except OSError:
+            pass
+
+    stack.callback(close)
+    return fh
+
+
 def _store_checkpoint(dedup: Deduplicator, name: str, offset: int) -> None:
     """Record how far the input was handled (rejected and blank lines after the last article too)."""
     index = dedup.index
@@ -277,8 +291,8 @@ def run_dedup(args: argparse.Namespace) -> int:
             else:
                 source = stack.enter_context(open(args.input, "rb"))  # noqa: SIM115
                 total = os.fstat(source.fileno()).st_size
-            out: IO[str] = sys.stdout if args.out == "-" else stack.enter_context(
-                open(args.out, mode, encoding="utf-8"))
+            out: IO[str] = sys.stdout if args.out == "-" else _quietly_closed(
+                stack, open(args.out, mode, encoding="utf-8"))  # noqa: SIM115
         except OSError as exc:
             raise RunError(f"cannot open {exc.filename}: {exc.strerror}") from None
         rejects: IO[str] | None = None
@@ -291,54 +305,68 @@ def run_dedup(args: argparse.Namespace) -> int:
         summary.kernel_seconds = time.perf_counter() - t_load
         t0 = time.perf_counter()
         lineno = 0
+        out_name = "stdout" if args.out == "-" else args.out
+        target = out_name  # the file written last, named if writing fails
         try:
-            for lineno, raw in enumerate(source, 1):  # noqa: B007 - lineno is the resume point after the loop
-                if lineno <= start_after:
-                    summary.skipped += 1
-                    progress.update(summary, len(raw))
-                    continue
-                signals.busy = True
-                nbytes = len(raw)
-                raw = raw.rstrip(b"\r\n")
-                summary.lines += 1
-                if not raw.strip():
-                    summary.blank += 1
-                else:
-                    try:
-                        article = parse_record(raw, config)
-                        try:
-                            decision = dedup.process(article, checkpoint=(ckpt, lineno))
-                        except Exception as exc:  # one record must never end the run
-                            log.exception("line %d: processing failed", lineno)
-                            raise RecordError(PROCESSING_ERROR, f"{type(exc).__name__}: {exc}") from exc
-                        event = json.dumps(decision.to_event(), ensure_ascii=False)
-                    except (RecordError, UnicodeEncodeError) as err:
-                        reason = err.reason if isinstance(err, RecordError) else PROCESSING_ERROR
-                        summary.rejects[reason] += 1
-                        if rejects is None:
-                            rejects = stack.enter_context(open(rejects_path, mode, encoding="utf-8"))
-                        keep = len(raw) if args.rejects_full_record else REJECT_SAMPLE_BYTES
-                        sample = raw[:keep].decode("utf-8", "backslashreplace")
-                        rejects.write(json.dumps({"line": lineno, "reason": reason, "error": str(err)[:500],
-                                                  "record": sample, "truncated": len(raw) > keep},
-                                                 ensure_ascii=True) + "\n")
+            try:
+                for lineno, raw in enumerate(source, 1):  # noqa: B007 - lineno is the resume point after the loop
+                    if lineno <= start_after:
+                        summary.skipped += 1
+                        progress.update(summary, len(raw))
+                        continue
+                    signals.busy = True
+                    nbytes = len(raw)
+                    raw = raw.rstrip(b"\r\n")
+                    summary.lines += 1
+                    if not raw.strip():
+                        summary.blank += 1
                     else:
-                        _count(summary, article, decision)
-                        out.write(event + "\n")
-                summary.last_line = lineno
-                progress.update(summary, nbytes)
-                signals.busy = False
-                if signals.received is not None:
-                    raise Interrupted()
-        except Interrupted:
-            summary.interrupted = signal.Signals(signals.received or signal.SIGINT).name
-        signals.busy = True  # from here on a signal only takes note: the outputs and state must be flushed
-        summary.last_line = max(summary.last_line, start_after)
-        summary.seconds = time.perf_counter() - t0
-        # flush outputs first, then record in the state how far the input was handled
-        out.flush()
-        if rejects is not None:
-            rejects.flush()
+                        try:
+                            article = parse_record(raw, config)
+                            try:
+                                decision = dedup.process(article, checkpoint=(ckpt, lineno))
+                            except Exception as exc:  # one record must never end the run
+                                log.exception("line %d: processing failed", lineno)
+                                raise RecordError(PROCESSING_ERROR, f"{type(exc).__name__}: {exc}") from exc
+                            event = json.dumps(decision.to_event(), ensure_ascii=False)
+                        except (RecordError, UnicodeEncodeError) as err:
+                            reason = err.reason if isinstance(err, RecordError) else PROCESSING_ERROR
+                            summary.rejects[reason] += 1
+                            target = rejects_path
+                            if rejects is None:
+                                rejects = _quietly_closed(stack, open(rejects_path, mode, encoding="utf-8"))  # noqa: SIM115
+                            keep = len(raw) if args.rejects_full_record else REJECT_SAMPLE_BYTES
+                            sample = raw[:keep].decode("utf-8", "backslashreplace")
+                            rejects.write(json.dumps({"line": lineno, "reason": reason, "error": str(err)[:500],
+                                                      "record": sample, "truncated": len(raw) > keep},
+                                                     ensure_ascii=True) + "\n")
+                        else:
+                            _count(summary, article, decision)
+                            target = out_name
+                            out.write(event + "\n")
+                    summary.last_line = lineno
+                    progress.update(summary, nbytes)
+                    signals.busy = False
+                    if signals.received is not None:
+                        raise Interrupted()
+            except Interrupted:
+                summary.interrupted = signal.Signals(signals.received or signal.SIGINT).name
+            signals.busy = True  # from here on a signal only takes note: the outputs and state must be flushed
+            summary.last_line = max(summary.last_line, start_after)
+            summary.seconds = time.perf_counter() - t0
+            # flush outputs first, then record in the state how far the input was handled
+            target = out_name
+            out.flush()
+            if out is not sys.stdout:
+                out.close()  # a file's last write can fail only here (e.g. a full disk)
+            if rejects is not None:
+                target = rejects_path
+                rejects.close()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # a full disk, an I/O error: one line, and the run stops
+            raise RunError(f"cannot write {exc.filename or target}: {exc.strerror or exc} (at input line "
+                           f"{lineno:,}; that output is incomplete)") from None
         _store_checkpoint(dedup, ckpt, summary.last_line)
     # the state is closed (and a temporary one deleted) here
     code = 0

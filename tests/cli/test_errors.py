@@ -195,3 +195,15 @@ def test_report_png(small_input: Path, tmp_path: Path) -> None:
     png = tmp_path / "r.png"
     assert cli("dedup", str(small_input), "--out", str(tmp_path / "o.jsonl"), "-q", "--report", str(png)).returncode == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("which", ["--out", "--rejects"])
+def test_write_error_mid_run_is_one_line(which: str, tmp_path: Path) -> None:
+    """A full disk (/dev/full) while writing: one line naming the file, exit 1, no traceback."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(GOOD + b"not json\n")
+    other = "--rejects" if which == "--out" else "--out"
+    proc = cli("dedup", str(inp), which, "/dev/full", other, str(tmp_path / "other.jsonl"), "-q")
+    assert proc.returncode == 1
+    line = one_line_error(proc)
+    assert line.startswith("stream-dedup dedup: cannot write /dev/full: No space left on device (at input line ")
