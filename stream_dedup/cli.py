@@ -326,7 +326,9 @@ def run_dedup(args: argparse.Namespace) -> int:
                             try:
                                 decision = dedup.process(article, checkpoint=(ckpt, lineno))
                             except Exception as exc:  # one record must never end the run
-                                log.exception("line %d: processing failed", lineno)
+                                # one line (the reject record has the details); the traceback with STREAM_DEDUP_LOG_LEVEL=DEBUG
+                                log.warning("line %d: processing failed: %s: %s", lineno, type(exc).__name__, exc)
+                                log.debug("line %d: processing failed", lineno, exc_info=True)
                                 raise RecordError(PROCESSING_ERROR, f"{type(exc).__name__}: {exc}") from exc
                             event = json.dumps(decision.to_event(), ensure_ascii=False)
                         except (RecordError, UnicodeEncodeError) as err:
@@ -808,10 +810,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("STREAM_DEDUP_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     prog = f"stream-dedup {args.command}"
     try:
+        level = os.environ.get("STREAM_DEDUP_LOG_LEVEL", "INFO").upper()
+        if not isinstance(logging.getLevelName(level), int):
+            raise UsageError(f"STREAM_DEDUP_LOG_LEVEL={level}: use DEBUG, INFO, WARNING or ERROR")
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         return args.func(args)
     except UsageError as err:
         print(f"{prog}: {err}", file=sys.stderr)

@@ -207,3 +207,22 @@ def test_write_error_mid_run_is_one_line(which: str, tmp_path: Path) -> None:
     assert proc.returncode == 1
     line = one_line_error(proc)
     assert line.startswith("stream-dedup dedup: cannot write /dev/full: No space left on device (at input line ")
+
+
+def test_bad_log_level_is_a_usage_error(small_input: Path, tmp_path: Path) -> None:
+    proc = cli("dedup", str(small_input), "--out", str(tmp_path / "o.jsonl"), env={"STREAM_DEDUP_LOG_LEVEL": "loud"})
+    assert proc.returncode == 2
+    assert one_line_error(proc) == "stream-dedup dedup: STREAM_DEDUP_LOG_LEVEL=LOUD: use DEBUG, INFO, WARNING or ERROR"
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_awkward_records_print_no_traceback(tmp_path: Path) -> None:
+    """Records that once escaped as exceptions (a lone surrogate id, a marked section html.parser cannot
+    scan) are decided or rejected, with at most one warning line each, never a traceback."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(GOOD + b'{"id": "sur\\ud800rogate", "text": "a record whose id cannot be encoded"}\n'
+                    b'{"id": "page", "html": "<p>story</p><![ if [ x ]]><p>more</p>"}\n')
+    proc = cli("dedup", str(inp), "--out", str(tmp_path / "o.jsonl"), "-q")
+    assert proc.returncode == 0
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.splitlines()) <= 2
