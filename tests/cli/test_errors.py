@@ -226,3 +226,16 @@ def test_awkward_records_print_no_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.splitlines()) <= 2
+
+
+def test_state_in_use_by_another_run(small_input: Path, tmp_path: Path) -> None:
+    """A state another process holds open (RocksDB's lock): one line, exit 1, --out untouched."""
+    from stream_dedup.engine import Deduplicator
+
+    out = tmp_path / "o.jsonl"
+    out.write_text("keep me\n")
+    with Deduplicator(None, tmp_path / "st"):
+        proc = cli("dedup", str(small_input), "--out", str(out), "--state", str(tmp_path / "st"))
+    assert proc.returncode == 1
+    assert one_line_error(proc).startswith(f"stream-dedup dedup: cannot open the state in {tmp_path / 'st'}: ")
+    assert out.read_text() == "keep me\n"
