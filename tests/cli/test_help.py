@@ -38,7 +38,8 @@ def test_every_flag_has_help_and_is_in_the_readme(name: str) -> None:
     missing_help = [f for f, h in flags(subcommands()[name]) if not h or h == argparse.SUPPRESS]
     assert not missing_help, f"{name}: flags without help: {missing_help}"
     missing_readme = [f for f, _ in flags(subcommands()[name]) if f"`{f}" not in README]
-    assert not missing_readme, f"{name}: flags not in README.md: {missing_readme}"
+    assert not missing_readme, (f"{name}: flags not in README.md: {missing_readme} (the Configuration table is "
+                                f"what `stream-dedup config --markdown` prints; the command reference: `make readme`)")
 
 
 @pytest.mark.parametrize("name", ["produce", "tail"])
