@@ -144,6 +144,9 @@ class ServiceConfig:
         1.0, "Worker: seconds between offset commits (only acknowledged work is ever committed).")
     session_timeout: float = _opt(
         30.0, "Worker: consumer-group session timeout in seconds (how soon a dead worker's partitions move).")
+    transaction_size: int = _opt(
+        1000, "Worker: most signature records the decision stage decides in one Kafka transaction (fewer "
+        "when fewer are waiting: a transaction never waits for more than --batch-wait).")
     fingerprint_processes: int = _opt(
         1, "Worker: processes that parse and fingerprint (stage 1) beside the event loop; 0 = in the event loop.")
 

@@ -41,7 +41,7 @@ WATCH_INTERVAL = 0.5
 #: seconds the producer waits to batch records
 PRODUCER_LINGER = 0.002
 #: longest a consumer fetch may wait on the broker for data (see _patch_fetch_max_wait)
-FETCH_MAX_WAIT_MS = 20
+FETCH_MAX_WAIT_MS = 5
 #: stage-1 batches being fingerprinted or sent at the same time
 STAGE1_PIPELINE = 3
 

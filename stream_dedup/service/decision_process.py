@@ -2,8 +2,8 @@
 
 The decision stage (:mod:`.decisions`) runs in a child process of the worker, so that it has a
 core (and a GIL) of its own beside Faust's event loop.  The child sends the worker a snapshot
-every half second over a pipe: its status (for ``/readyz``) and its metric families (served on
-the worker's ``/metrics``).  It dies with the worker (``PR_SET_PDEATHSIG`` and a parent check),
+every half second over a pipe: its status (for ``/readyz``) and, every second, its metric families
+(served on the worker's ``/metrics``).  It dies with the worker (``PR_SET_PDEATHSIG`` and a parent check),
 so a SIGKILLed worker never leaves a stage behind that holds the index's lock.
 """
 
@@ -25,6 +25,8 @@ from stream_dedup.config import EngineConfig, ServiceConfig
 log = logging.getLogger("stream_dedup.service")
 
 SNAPSHOT_INTERVAL = 0.5
+#: the metric families travel less often (a scrape every few seconds needs no more)
+METRICS_INTERVAL = 1.0
 #: restarts of a failing stage allowed within RESTART_WINDOW seconds before the worker gives up
 MAX_RESTARTS = 5
 RESTART_WINDOW = 120.0
@@ -64,12 +66,17 @@ def child_main(service: ServiceConfig, engine: EngineConfig, conn: Any, parent_p
         signal.signal(sig, lambda *_: stage.stop())
 
     def snapshots() -> None:
+        last_metrics = 0.0
         while True:
             if os.getppid() != parent_pid:
                 log.error("the worker is gone: stopping the decision stage")
                 os._exit(1)
+            msg: dict[str, Any] = {"status": stage.status()}
+            if time.monotonic() - last_metrics >= METRICS_INTERVAL:
+                last_metrics = time.monotonic()
+                msg["metrics"] = list(metrics.registry.collect())
             try:
-                conn.send({"status": stage.status(), "metrics": list(metrics.registry.collect())})
+                conn.send(msg)
             except (OSError, ValueError):
                 os._exit(1)
             time.sleep(SNAPSHOT_INTERVAL)

@@ -4,7 +4,7 @@ It runs in its own process (:mod:`.decision_process`) with confluent-kafka (libr
 Faust: Faust's exactly-once mode has open bugs and its per-message machinery cost most of the
 worker's time.  One loop iteration is one Kafka transaction::
 
-    consume up to batch_size signature records (or batch_wait seconds)     read_committed, no auto-commit
+    consume up to transaction_size signature records (or batch_wait s)    read_committed, no auto-commit
     begin_transaction
       per record: decide on the RocksDB index, produce its event or dead letter
     send_offsets_to_transaction(last + 1, fresh group metadata)
@@ -116,6 +116,19 @@ def open_index(engine: EngineConfig, path: Path, timeout: float = 30.0) -> Any:
             time.sleep(0.25)
 
 
+def _warm_up(engine: EngineConfig) -> None:
+    """Load the engine's compiled kernels now (a scratch index), not on the first article's clock."""
+    import tempfile
+
+    from stream_dedup.engine import Deduplicator
+    from stream_dedup.record import parse_record
+
+    text = " ".join(f"warm{i} up the compiled kernels of the decision stage" for i in range(8))
+    with tempfile.TemporaryDirectory(prefix="stream-dedup-warm-") as tmp, Deduplicator(engine, tmp) as d:
+        for i in range(2):  # the second one verifies a candidate
+            d.process(parse_record(f'{{"id": "w{i}", "text": "{text}"}}'.encode(), engine))
+
+
 class DecisionStage:
     """The loop and its state; :meth:`run` blocks until :meth:`stop` (or a fatal error)."""
 
@@ -126,6 +139,7 @@ class DecisionStage:
         self.metrics = metrics or Metrics()
         self.client_conf = kafka_config.confluent_config(service)
         self.dlq_budget = dlq_budget
+        _warm_up(engine)
         self.dedup = open_index(engine, Path(service.data_dir) / "index")
         self.topic = service.signatures_topic
         self.owned = False
@@ -201,7 +215,8 @@ class DecisionStage:
                 if self.needs_reconcile:
                     self._reconcile()
                     continue
-                msgs = self.consumer.consume(int(self.service.batch_size), timeout=max(0.001, self.service.batch_wait))
+                msgs = self.consumer.consume(int(self.service.transaction_size),
+                                             timeout=max(0.001, self.service.batch_wait))
                 records = [m for m in msgs if self._usable(m)]
                 if records and self.owned and self.producer is not None:
                     self.broker_error = None
@@ -282,7 +297,11 @@ class DecisionStage:
 
     def _new_producer(self) -> Producer:
         conf = {**self.client_conf, "transactional.id": transactional_id(self.service),
-                "linger.ms": 1, "delivery.report.only.error": True, "on_delivery": self._on_delivery,
+                "linger.ms": 1, "delivery.report.only.error": True,
+                # right after a commit the coordinator answers CONCURRENT_TRANSACTIONS until the
+                # markers are written; librdkafka's default 100 ms backoff made every
+                # send_offsets_to_transaction take ~90 ms (measured), 5 ms makes it ~2 ms
+                "retry.backoff.ms": 5, "retry.backoff.max.ms": 50, "on_delivery": self._on_delivery,
                 "error_cb": self._on_error, "message.max.bytes": 16 * 1024 * 1024,
                 "queue.buffering.max.messages": max(100_000, 4 * int(self.service.batch_size)),
                 "transaction.timeout.ms": 60_000}
@@ -445,6 +464,7 @@ class DecisionStage:
     # ------------------------------------------------------------------ metrics, errors, housekeeping
     def _observe(self, observed: list[tuple[Any, Any, float]]) -> None:
         m = self.metrics
+        m.index_articles.set(len(self.dedup))
         now = time.time()
         for rec, decision, engine_s in observed:
             if isinstance(decision, str):

@@ -69,9 +69,14 @@ def test_bad_input_goes_to_dlq_and_metrics_and_health(kio, kafka_topics, worker_
         assert int(h["dlq.source.offset"]) == offset
         assert h["dlq.detail"]
 
-    # metrics, health, readiness over HTTP
-    status, text = kio.http_get(w.url + "/metrics")
-    assert status == 200
+    # metrics, health, readiness over HTTP; the decision stage's metrics reach /metrics within a second or two
+    deadline = time.monotonic() + 10
+    while True:
+        status, text = kio.http_get(w.url + "/metrics")
+        assert status == 200
+        if kio.metric_value(text, "stream_dedup_index_articles") == n_good or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     for _value, reason, _part in expected_bad:
         assert kio.metric_value(text, "stream_dedup_dead_letters_total", {"reason": reason}) == 1.0, reason
     assert kio.metric_value(text, "stream_dedup_articles_total", {"result": "new"}) >= 1
