@@ -147,6 +147,9 @@ class ServiceConfig:
     transaction_size: int = _opt(
         1000, "Worker: most signature records the decision stage decides in one Kafka transaction (fewer "
         "when fewer are waiting: a transaction never waits for more than --batch-wait).")
+    transaction_ms: float = _opt(
+        10.0, "Worker: longest the decision stage collects records into one transaction before committing "
+        "it, in milliseconds (bounds the latency it adds; longer = fewer, larger transactions).")
     fingerprint_processes: int = _opt(
         1, "Worker: processes that parse and fingerprint (stage 1) beside the event loop; 0 = in the event loop.")
 

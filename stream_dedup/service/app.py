@@ -350,7 +350,7 @@ class DedupWorker:
             reasons.append("waiting for the first partition assignment")
         if self.producer.broker_error is not None:
             reasons.append(f"cannot reach the broker: {self.producer.broker_error}")
-        stage = self.decisions.status
+        stage = self.decisions.drain()  # fresh, whatever Faust's timers are doing
         reasons += [r for r in stage.get("reasons", []) if r not in reasons]
         ok = not reasons
         self.metrics.ready.set(1 if ok else 0)

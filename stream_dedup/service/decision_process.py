@@ -112,8 +112,8 @@ class DecisionProcess:
         self.status = {"state": "starting", "reasons": ["decision stage starting"]}
         log.info("decision stage started (pid %d)", self.proc.pid)
 
-    def poll(self) -> str | None:
-        """Read the child's snapshots; restart it if it died.  Returns a fatal reason, or None."""
+    def drain(self) -> dict[str, Any]:
+        """Read the snapshots the child has sent; returns its latest status."""
         try:
             while self.conn is not None and self.conn.poll():
                 msg = self.conn.recv()
@@ -122,6 +122,11 @@ class DecisionProcess:
                     self.families = msg["metrics"]
         except (EOFError, OSError):
             pass
+        return self.status
+
+    def poll(self) -> str | None:
+        """Read the child's snapshots; restart it if it died.  Returns a fatal reason, or None."""
+        self.drain()
         if self.stopping or self.proc is None or self.proc.is_alive():
             return None
         code = self.proc.exitcode
@@ -134,6 +139,7 @@ class DecisionProcess:
         return None
 
     def collect(self) -> Any:
+        self.drain()
         return [f for f in self.families if f.name not in PARENT_ONLY]
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -4,9 +4,10 @@ It runs in its own process (:mod:`.decision_process`) with confluent-kafka (libr
 Faust: Faust's exactly-once mode has open bugs and its per-message machinery cost most of the
 worker's time.  One loop iteration is one Kafka transaction::
 
-    consume up to transaction_size signature records (or batch_wait s)    read_committed, no auto-commit
+    consume signature records (read_committed, no auto-commit)
     begin_transaction
-      per record: decide on the RocksDB index, produce its event or dead letter
+      per record: decide on the RocksDB index, produce its event or dead letter; go on
+      consuming until transaction_size records or transaction_ms have passed
     send_offsets_to_transaction(last + 1, fresh group metadata)
     commit_transaction
 
@@ -45,6 +46,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,15 @@ class FatalError(RuntimeError):
 
 class _Abort(Exception):
     """The current transaction must be aborted and its records decided again."""
+
+
+@dataclass(slots=True)
+class _Transaction:
+    """The open transaction: its outcome is unknown until committed."""
+
+    next_offset: int | None = None
+    count: int = 0
+    observed: list[tuple[Any, Any, float]] = field(default_factory=list)
 
 
 def receipt_token(topic: str, partition: int, offset: int) -> bytes:
@@ -147,10 +158,12 @@ class DecisionStage:
         self.producer: Producer | None = None
         self._stop = threading.Event()
         self.state = "joining the group"
-        self.broker_error: str | None = None
+        self.broker_error: str | None = None  # the last client error, cleared when records flow
+        self.probe_error: str | None = None   # set and cleared by the broker probe only
         self.commit_started: float | None = None
         self.last_applied = self.dedup.checkpoint(catchup.CHECKPOINT_NAME)
         self.committed: int | None = None
+        self._txn: _Transaction | None = None
         self.decide_errors = 0
         self.fatal: str | None = None
         self._last_evict = time.monotonic()
@@ -178,7 +191,9 @@ class DecisionStage:
         reasons = []
         if self.fatal:
             reasons.append(f"decision stage failed: {self.fatal}")
-        if self.broker_error:
+        if self.probe_error:
+            reasons.append(f"cannot reach the broker: {self.probe_error}")
+        elif self.broker_error:
             reasons.append(f"cannot reach the broker: {self.broker_error}")
         if self.commit_started is not None and time.monotonic() - self.commit_started > SLOW_COMMIT:
             reasons.append("waiting for the broker to commit a transaction")
@@ -193,16 +208,23 @@ class DecisionStage:
         A frozen or partitioned broker answers nothing and librdkafka reports it only after its
         socket timeout (a minute); the probe makes ``/readyz`` say so within seconds.
         """
+        from confluent_kafka.admin import AdminClient
+
+        # a handle of its own: a metadata request on the consumer's handle can wait behind its
+        # consume() far longer than its timeout (measured: 14 s of a 20 s broker freeze)
+        admin = AdminClient(self.client_conf)
         while not self._stop.wait(PROBE_INTERVAL):
             try:
-                self.consumer.list_topics(self.topic, timeout=PROBE_INTERVAL)
-                if self.broker_error is not None and self.broker_error.startswith(NO_ANSWER):
+                admin.list_topics(self.topic, timeout=PROBE_INTERVAL)
+                if self.probe_error is not None:
                     log.info("decision stage: the broker answers again")
-                    self.broker_error = None
+                    self.probe_error = None
             except Exception as exc:  # noqa: BLE001 - KafkaException, or the consumer is closed
                 if self._stop.is_set():
                     return
-                self._broker_trouble(f"{NO_ANSWER} in {PROBE_INTERVAL:.0f} s ({exc})")
+                if self.probe_error is None:
+                    log.warning("decision stage: %s in %.0f s (%s)", NO_ANSWER, PROBE_INTERVAL, exc)
+                self.probe_error = f"{NO_ANSWER} in {PROBE_INTERVAL:.0f} s"
 
     def run(self) -> int:
         """0 after :meth:`stop`; 3 after a fatal error."""
@@ -242,11 +264,26 @@ class DecisionStage:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if any(p.topic == self.topic for p in partitions):
             log.info("decision stage: signatures-0 revoked")
+        if self._txn is not None:  # revoked while a transaction collects records: commit what it has
+            try:
+                self._finish_transaction()
+            except _Abort as exc:
+                log.warning("transaction aborted on revoke (%s); the next owner decides its records", exc)
+                self._abort_open()
         self._release()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.warning("decision stage: signatures-0 lost (session expired)")
+        self._abort_open()  # never commit for a generation that is gone
         self._release()
+
+    def _abort_open(self) -> None:
+        if self._txn is not None and self.producer is not None:
+            self._txn = None
+            try:
+                self.producer.abort_transaction(30)
+            except KafkaException as exc:
+                log.warning("abort_transaction: %s", exc)
 
     def _release(self) -> None:
         self.owned = False
@@ -327,29 +364,50 @@ class DecisionStage:
         return False
 
     def _transaction(self, records: list[Any]) -> None:
+        """Decide ``records`` and whatever else arrives within ``--transaction-ms``, then commit."""
         producer = self.producer
         assert producer is not None
         try:
             producer.begin_transaction()
         except KafkaException as exc:
             raise FatalError(f"begin_transaction: {exc.args[0]}") from exc
-        observed: list[tuple[Any, Any, float]] = []
+        txn = self._txn = _Transaction()
+        deadline = time.monotonic() + self.service.transaction_ms / 1000.0
+        size = int(self.service.transaction_size)
         try:
-            for m in records:
-                self._decide_one(m, observed)
-            next_offset = records[-1].offset() + 1
-            self.commit_started = time.monotonic()
-            self._retry(lambda: producer.send_offsets_to_transaction(
-                [TopicPartition(self.topic, 0, next_offset)], self.consumer.consumer_group_metadata(), 60))
-            self._retry(lambda: producer.commit_transaction(60))
+            while True:
+                for m in records:
+                    self._decide_one(m, txn.observed)
+                    txn.next_offset = m.offset() + 1
+                    txn.count += 1
+                left = deadline - time.monotonic()
+                if txn.count >= size or left <= 0 or self._stop.is_set():
+                    break
+                records = [m for m in self.consumer.consume(size - txn.count, timeout=left) if self._usable(m)]
+                if self._txn is not txn:
+                    return  # a rebalance callback has finished (or aborted) it
+                if not records:
+                    break
+            self._finish_transaction()
         except _Abort as exc:
-            log.warning("transaction aborted (%s): deciding its %d records again", exc, len(records))
+            log.warning("transaction aborted (%s): deciding its %d records again", exc, txn.count)
+            self._txn = None
             self._abort_and_rewind()
-            return
+
+    def _finish_transaction(self) -> None:
+        """Commit the open transaction: its outputs and the signature offset after its last record."""
+        txn, producer = self._txn, self.producer
+        assert txn is not None and producer is not None and txn.next_offset is not None
+        self.commit_started = time.monotonic()
+        try:
+            self._retry(lambda: producer.send_offsets_to_transaction(
+                [TopicPartition(self.topic, 0, txn.next_offset)], self.consumer.consumer_group_metadata(), 60))
+            self._retry(lambda: producer.commit_transaction(60))
         finally:
             self.commit_started = None
-        self.committed = next_offset
-        self._observe(observed)
+        self._txn = None
+        self.committed = txn.next_offset
+        self._observe(txn.observed)
 
     def _retry(self, op: Callable[[], Any]) -> None:
         while True:

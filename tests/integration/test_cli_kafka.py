@@ -47,4 +47,4 @@ def test_produce_fails_clearly_without_a_broker(tmp_path: Path) -> None:
     src.write_text('{"id": "a", "text": "x"}\n')
     result = _cli(["produce", str(src), "--topic", "t"], "127.0.0.1:1", timeout=60)
     assert result.returncode != 0
-    assert "cannot reach Kafka at 127.0.0.1:1" in result.stderr
+    assert "cannot reach the Kafka broker at 127.0.0.1:1" in result.stderr
