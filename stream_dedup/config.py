@@ -144,6 +144,9 @@ class ServiceConfig:
         1.0, "Worker: seconds between offset commits (only acknowledged work is ever committed).")
     session_timeout: float = _opt(
         30.0, "Worker: consumer-group session timeout in seconds (how soon a dead worker's partitions move).")
+    instance_id: str = _opt(
+        "", "Worker: static group membership id, so that a restarted worker gets its partitions back at "
+        "once instead of after --session-timeout; empty = one generated and kept in <data-dir>/instance-id.")
     transaction_size: int = _opt(
         1000, "Worker: most signature records the decision stage decides in one Kafka transaction (fewer "
         "when fewer are waiting: a transaction never waits for more than --batch-wait).")

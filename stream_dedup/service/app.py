@@ -122,6 +122,7 @@ def make_faust_app(service: ServiceConfig) -> faust.App:
         broker_session_timeout=float(service.session_timeout),
         broker_heartbeat_interval=max(0.5, min(3.0, float(service.session_timeout) / 5)),
         broker_rebalance_timeout=max(float(service.session_timeout), 10.0),
+        consumer_group_instance_id=kafka_config.instance_id(service),  # static membership: a restart rejoins at once
         stream_wait_empty=True,
         topic_disable_leader=True,
         topic_allow_declare=False,  # topics are created by ensure_topics() with our partition counts

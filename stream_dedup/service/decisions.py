@@ -176,6 +176,7 @@ class DecisionStage:
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "range",
+            "group.instance.id": kafka_config.instance_id(service),  # static membership, as for stage 1
             "session.timeout.ms": int(service.session_timeout * 1000),
             "heartbeat.interval.ms": max(500, min(3000, int(service.session_timeout * 1000 / 5))),
             "max.poll.interval.ms": 600_000,

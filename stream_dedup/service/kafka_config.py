@@ -24,6 +24,7 @@ Nothing here logs; :func:`describe` gives a log-safe summary (the password is ne
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -136,3 +137,25 @@ def describe(service: ServiceConfig) -> str:
     if protocol in ("SSL", "SASL_SSL"):
         parts.append(f"ssl_cafile={service.ssl_cafile or '(system trust store)'}")
     return " ".join(parts)
+
+
+def instance_id(service: ServiceConfig) -> str:
+    """The worker's static membership id: ``--instance-id``, or one kept in ``<data-dir>/instance-id``.
+
+    Kept with the data dir because the data dir is what makes a worker the same worker again
+    (a StatefulSet pod keeps its volume); two workers never share one (the index is locked).
+    """
+    if service.instance_id:
+        return service.instance_id
+    path = Path(service.data_dir) / "instance-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        import uuid
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        value = f"{service.app_id}-{uuid.uuid4().hex[:12]}"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(value + "\n")
+        tmp.replace(path)
+        return value

@@ -1,0 +1,177 @@
+"""Chaos run of the Kafka worker: SIGKILL cycles (and optional broker freezes) under load.
+
+    .venv/bin/python bench/chaos.py [--cycles 20] [--rate 300] [--partitions 3] [--freeze-seconds 0]
+
+The whole shared news stream is produced round-robin to a fresh P-partition topic at ``--rate``
+records/s (bad records mixed in every 50th), while one worker on one data dir is SIGKILLed at
+random moments and restarted, ``--cycles`` times; with ``--freeze-seconds S`` every fifth cycle
+freezes the broker (SIGSTOP) for S seconds instead.  Then the committed outputs are read with
+``read_committed`` and checked by ``tests/integration/eos_check.py``: lost, doubled and
+contradictory outputs per input record.  Also printed: how long each restart took to become
+ready again, and the quality of the worker's decisions (first event per article, scored like
+``bench/quality.py``) against the embedded engine in file order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from eos_check import check, read_topic  # noqa: E402
+from kafka_e2e import Worker, _cleanup, ensure_broker  # noqa: E402
+from quality import score  # noqa: E402
+
+from stream_dedup.config import EngineConfig  # noqa: E402
+
+DATA = REPO.parent / "shared" / "data"
+
+
+def f1(s: dict) -> float:
+    p, r = s["precision"], s["recall"]
+    return 2 * p * r / (p + r) if p + r else 0.0
+
+
+def embedded_decisions(lines: list[bytes]) -> dict[str, dict]:
+    from stream_dedup.engine import Deduplicator
+    from stream_dedup.record import RecordError, parse_record
+
+    cfg = EngineConfig()
+    out = {}
+    with tempfile.TemporaryDirectory() as d, Deduplicator(cfg, d) as dedup:
+        for line in lines:
+            try:
+                art = parse_record(line, cfg)
+            except RecordError:
+                continue
+            out[art.id] = dedup.process(art).to_event()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cycles", type=int, default=20)
+    ap.add_argument("--rate", type=float, default=300.0)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--freeze-seconds", type=float, default=0.0)
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+
+    lines = [ln.rstrip(b"\n") for ln in (args.data / "news_stream.jsonl").open("rb") if ln.strip()]
+    truth = [json.loads(x) for x in (args.data / "news_stream.truth.jsonl").open() if x.strip()]
+    records = []
+    for i, line in enumerate(lines):
+        records.append((json.loads(line)["id"].encode(), line))
+        if i % 50 == 0:
+            records.append((f"bad-{i}".encode(), b"not json {"))
+    duration = len(records) / args.rate
+    print(f"{len(records)} records at {args.rate:.0f}/s (~{duration:.0f} s), {args.cycles} fault cycles", flush=True)
+
+    bootstrap, started = ensure_broker(args.bootstrap)
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    prefix = f"chaos-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(f"{prefix}.articles", args.partitions, 1)])[f"{prefix}.articles"].result(30)
+    data_dir = tempfile.mkdtemp(prefix="chaos-")
+    positions: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def feed() -> None:
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": True})
+        t0 = time.perf_counter()
+
+        def report(err, msg) -> None:
+            if err is None:
+                positions.append((msg.partition(), msg.offset()))
+
+        for i, (key, value) in enumerate(records):
+            while time.perf_counter() < t0 + i / args.rate:
+                p.poll(0.002)
+            p.produce(f"{prefix}.articles", value, key, partition=i % args.partitions, on_delivery=report)
+            p.poll(0)
+        p.flush(60)
+        done.set()
+
+    rnd = random.Random(args.seed)
+    recoveries: list[float] = []
+    broker_pid = None
+    run_dir = Path(os.environ.get("KAFKA_RUN_DIR", "/tmp/stream-dedup-kafka"))
+    if args.freeze_seconds and (run_dir / "kafka.pid").exists():
+        broker_pid = int((run_dir / "kafka.pid").read_text().strip())
+    worker = Worker(bootstrap, prefix, data_dir, [])
+    freezes = 0
+    try:
+        worker.wait_ready()
+        threading.Thread(target=feed, daemon=True).start()
+        gap = duration / (args.cycles + 1)
+        for cycle in range(args.cycles):
+            time.sleep(rnd.uniform(0.5, 1.5) * gap)
+            if broker_pid and cycle % 5 == 4:
+                os.kill(broker_pid, signal.SIGSTOP)
+                time.sleep(args.freeze_seconds)
+                os.kill(broker_pid, signal.SIGCONT)
+                freezes += 1
+                t0 = time.monotonic()
+                worker.wait_ready(timeout=300)
+                recoveries.append(time.monotonic() - t0)
+                continue
+            worker.proc.send_signal(signal.SIGKILL)
+            worker.proc.wait(30)
+            worker.log.close()
+            t0 = time.monotonic()
+            worker = Worker(bootstrap, prefix, data_dir, [])
+            worker.wait_ready(timeout=300)
+            recoveries.append(time.monotonic() - t0)
+            print(f"  cycle {cycle + 1}: ready again after {recoveries[-1]:.1f} s", flush=True)
+        done.wait(duration * 3 + 120)
+        report = check(bootstrap, f"{prefix}.new", f"{prefix}.dup", f"{prefix}.dlq", f"{prefix}.sig", positions,
+                       EngineConfig(), timeout=600)
+        first: dict[str, dict] = {}
+        for m in read_topic(bootstrap, [f"{prefix}.new", f"{prefix}.dup"], idle=2.0):
+            first.setdefault(m.key().decode(), json.loads(m.value()))
+    finally:
+        worker.stop()
+        _cleanup(admin, prefix, data_dir)
+        if started:
+            import subprocess
+
+            subprocess.run(["bash", str(REPO / "scripts" / "kafka.sh"), "stop"], capture_output=True)
+
+    embedded = score([], truth, embedded_decisions(lines))
+    served = score([], truth, first)
+    print()
+    print("| measure | value |")
+    print("| --- | --- |")
+    for name, value in report.row().items():
+        print(f"| {name} | {value:,} |")
+    print(f"| SIGKILL cycles / broker freezes | {args.cycles - freezes} / {freezes} |")
+    if recoveries:
+        print(f"| recovery s: median / max | {statistics.median(recoveries):.1f} / {max(recoveries):.1f} |")
+    print(f"| worker F1 (first event per article) | {f1(served):.4f} (P {served['precision']:.4f}, "
+          f"R {served['recall']:.4f}) |")
+    print(f"| embedded F1 (file order) | {f1(embedded):.4f} |")
+    for example in report.examples[:10]:
+        print("  ", example)
+    return 0 if (report.lost, report.doubled, report.contradictory) == (0, 0, 0) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
