@@ -30,14 +30,16 @@ from stream_dedup.metrics import Metrics
 
 from . import kafka_config, stage1
 from .decision_process import DecisionProcess, merge_families
+from .ordering import OrderBuffer
 from .producer import AsyncProducer, producer_config
 from .serialization import reject_record
 
 log = logging.getLogger("stream_dedup.service")
 
-#: seconds between lag gauge updates, and between looks at the decision stage
+#: seconds between lag gauge updates, between looks at the decision stage, between order-buffer checks
 GAUGE_INTERVAL = 5.0
 WATCH_INTERVAL = 0.5
+ORDER_INTERVAL = 0.05
 #: seconds the producer waits to batch records
 PRODUCER_LINGER = 0.002
 #: longest a consumer fetch may wait on the broker for data (see _patch_fetch_max_wait)
@@ -170,6 +172,11 @@ class _Acker:
         self.slots.release()
 
 
+def _timestamp_ms(ev: faust.EventT) -> int:
+    ts = ev.message.timestamp
+    return int(ts * 1000) if ts else int(time.time() * 1000)
+
+
 class DedupWorker:
     """One worker process: the Faust app (stage 1), the decision-stage process, the metrics."""
 
@@ -203,6 +210,16 @@ class DedupWorker:
         app.agent(self.input_topic, name="stream_dedup.stage1_signatures")(self._stage1)
         app.timer(GAUGE_INTERVAL, name="stream_dedup.gauges")(self._update_gauges)
         app.timer(WATCH_INTERVAL, name="stream_dedup.watch_decisions")(self._watch_decisions)
+        app.timer(ORDER_INTERVAL, name="stream_dedup.order")(self._order_timer)
+        # stage 1's event-time merge of the partitions it owns
+        self.order = OrderBuffer(float(service.order_wait))
+        self._owned: list[Any] = []
+        self._highwaters: dict[Any, int] = {}
+        self._positions: dict[Any, int] = {}
+        self._pump_lock = asyncio.Lock()
+        self._acker: _Acker | None = None
+        self._computing: asyncio.Semaphore | None = None
+        self._previous: asyncio.Future | None = None
         app.on_partitions_assigned.connect(self._on_assigned)
 
     # ------------------------------------------------------------------ stage 1
@@ -212,25 +229,58 @@ class DedupWorker:
     async def _stage1(self, stream: faust.StreamT) -> None:
         """Batches are pipelined: while the pool fingerprints batch k+1, batch k is being sent.
 
-        Each batch is sent only after the previous one was handed to the producer, so the
-        signatures keep the order of the input within a partition.
+        Records pass through the order buffer (:mod:`.ordering`), which merges the partitions
+        this worker owns by timestamp; each batch is sent only after the previous one was handed
+        to the producer, so the signatures keep that order.
         """
         svc = self.service
-        acker = _Acker(self, stream, "stage 1 (signatures)")
-        computing = asyncio.Semaphore(STAGE1_PIPELINE)
-        previous: asyncio.Future | None = None
+        self._acker = _Acker(self, stream, "stage 1 (signatures)")
+        self._computing = asyncio.Semaphore(STAGE1_PIPELINE)
         async for events in stream.noack_take(svc.batch_size, within=svc.batch_wait):
             if self.fatal is not None:
                 return
-            items = []
-            for ev in events:
-                msg = ev.message
-                ts = msg.timestamp
-                items.append((bytes(ev.value or b""), msg.topic, msg.partition, msg.offset,
-                              int(ts * 1000) if ts else int(time.time() * 1000)))
-            await computing.acquire()
-            result = asyncio.ensure_future(self._compute(items))
-            previous = asyncio.ensure_future(self._stage1_send(events, result, previous, acker, computing))
+            self.order.add((ev.message.tp, ev.message.offset, _timestamp_ms(ev), ev) for ev in events)
+            await self._pump()
+
+    async def _pump(self) -> None:
+        """Send what the order buffer releases (called per batch and by a timer)."""
+        if self._acker is None:
+            return
+        async with self._pump_lock:
+            released = self.order.release(self._owned, self._caught_up)
+            for i in range(0, len(released), int(self.service.batch_size)):
+                events = released[i:i + int(self.service.batch_size)]
+                items = [(bytes(ev.value or b""), ev.message.topic, ev.message.partition, ev.message.offset,
+                          _timestamp_ms(ev)) for ev in events]
+                await self._computing.acquire()
+                result = asyncio.ensure_future(self._compute(items))
+                self._previous = asyncio.ensure_future(
+                    self._stage1_send(events, result, self._previous, self._acker, self._computing))
+
+    def _caught_up(self, tp: Any, last_offset: int) -> bool:
+        high = self._highwaters.get(tp)
+        if high is None:
+            return False
+        return last_offset + 1 >= high or self._positions.get(tp, -1) >= high
+
+    async def _order_timer(self) -> None:
+        """Release records whose wait is over, and refresh the partitions' positions and high watermarks."""
+        if self.service.order_wait <= 0:
+            return
+        consumer = self.app.consumer
+        try:
+            owned = {tp for tp in consumer.assignment() if tp.topic == self.service.input_topic}
+            for tp in owned:
+                high = consumer.highwater(tp)
+                if high is not None:
+                    self._highwaters[tp] = high
+                self._positions[tp] = await consumer.position(tp)
+        except Exception:  # noqa: BLE001 - not assigned yet, rebalancing
+            return
+        if owned != set(self._owned):
+            self._owned = sorted(owned)
+            self.order.forget(owned)  # a revoked partition's records are redelivered to its new owner
+        await self._pump()
 
     async def _stage1_send(self, events: Sequence[faust.EventT], result: asyncio.Future,
                            previous: asyncio.Future | None, acker: _Acker, computing: asyncio.Semaphore) -> None:

@@ -1,0 +1,75 @@
+"""Stage 1's event-time merge of its input partitions (pure logic, a fake clock)."""
+
+from __future__ import annotations
+
+import random
+
+from stream_dedup.service.ordering import OrderBuffer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def never_caught_up(part, last):
+    return False
+
+
+def test_merges_partitions_by_timestamp_when_every_partition_has_a_head():
+    buf = OrderBuffer(0.3, Clock())
+    buf.add([(0, 0, 10, "a0"), (0, 1, 40, "a1"), (1, 0, 20, "b0"), (1, 1, 30, "b1")])
+    # partition 1's queue empties after b1: a1 (ts 40) must wait for partition 1's next record
+    assert buf.release([0, 1], never_caught_up) == ["a0", "b0", "b1"]
+    buf.add([(1, 2, 50, "b2")])
+    assert buf.release([0, 1], never_caught_up) == ["a1"]
+
+
+def test_a_caught_up_partition_does_not_hold_the_others():
+    buf = OrderBuffer(0.3, Clock())
+    buf.add([(0, 7, 10, "a7"), (0, 8, 11, "a8")])
+    assert buf.release([0, 1], never_caught_up) == []          # partition 1 may still send earlier records
+    assert buf.release([0, 1], lambda part, last: part == 1) == ["a7", "a8"]
+
+
+def test_the_wait_bounds_how_long_a_silent_partition_holds_the_others():
+    clock = Clock()
+    buf = OrderBuffer(0.3, clock)
+    buf.add([(0, 0, 10, "a0")])
+    clock.now = 0.29
+    assert buf.release([0, 1], never_caught_up) == []
+    clock.now = 0.31
+    assert buf.release([0, 1], never_caught_up) == ["a0"]
+
+
+def test_never_reorders_within_a_partition_and_loses_nothing():
+    rnd = random.Random(3)
+    clock = Clock()
+    buf = OrderBuffer(0.3, clock)
+    sent = {p: [] for p in range(3)}
+    out = []
+    for step in range(300):
+        p = rnd.randrange(3)
+        ts = step * 10 + rnd.randrange(-50, 50)  # producer clocks are not perfectly monotonic
+        sent[p].append((p, len(sent[p]), ts, (p, len(sent[p]))))
+        buf.add([sent[p][-1]])
+        clock.now += 0.01
+        out += buf.release([0, 1, 2], never_caught_up)
+    clock.now += 1
+    out += buf.release([0, 1, 2], never_caught_up)
+    assert sorted(out) == sorted(item for recs in sent.values() for *_, item in recs)
+    for p in range(3):
+        assert [o for q, o in out if q == p] == list(range(len(sent[p])))
+
+
+def test_wait_zero_passes_everything_through_and_forget_drops_revoked_partitions():
+    buf = OrderBuffer(0.0, Clock())
+    buf.add([(0, 0, 50, "a"), (1, 0, 10, "b")])
+    assert sorted(buf.release([0, 1], never_caught_up)) == ["a", "b"]
+    held = OrderBuffer(0.3, Clock())
+    held.add([(0, 0, 50, "a"), (1, 0, 10, "b")])
+    assert held.forget({1}) == ["a"]
+    assert held.release([1], never_caught_up) == ["b"]
