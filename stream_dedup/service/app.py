@@ -270,12 +270,16 @@ class DedupWorker:
         consumer = self.app.consumer
         try:
             owned = {tp for tp in consumer.assignment() if tp.topic == self.service.input_topic}
+            # the high watermarks asked of the broker (one request), not only those the last fetch
+            # brought: after a stall a partition whose records were not fetched yet must not look
+            # caught up
+            asked = await consumer.highwaters(*owned) if owned else {}
             for tp in owned:
-                high = consumer.highwater(tp)
-                if high is not None:
-                    self._highwaters[tp] = high
+                highs = [h for h in (consumer.highwater(tp), asked.get(tp)) if h is not None]
+                if highs:
+                    self._highwaters[tp] = max(highs)
                 self._positions[tp] = await consumer.position(tp)
-        except Exception:  # noqa: BLE001 - not assigned yet, rebalancing
+        except Exception:  # noqa: BLE001 - not assigned yet, rebalancing, broker unreachable
             return
         if owned != set(self._owned):
             self._owned = sorted(owned)
