@@ -147,6 +147,10 @@ def main() -> int:
         first: dict[str, dict] = {}
         for m in read_topic(bootstrap, [f"{prefix}.new", f"{prefix}.dup"], idle=2.0):
             first.setdefault(m.key().decode(), json.loads(m.value()))
+    except SystemExit:
+        print(f"the worker did not become ready again; the last lines of {worker.log.name}:")
+        print("\n".join(Path(worker.log.name).read_text(errors="replace").splitlines()[-40:]))
+        raise
     finally:
         worker.stop()
         _cleanup(admin, prefix, data_dir)
