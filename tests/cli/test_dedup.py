@@ -8,7 +8,6 @@ import io
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -21,6 +20,8 @@ from stream_dedup.config import EngineConfig, ServiceConfig, env_name, load
 from stream_dedup.engine import Deduplicator
 from stream_dedup.lsh import candidate_probability, optimal_params
 from stream_dedup.record import RecordError, parse_record
+
+from .conftest import console_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STREAM = REPO_ROOT / "examples" / "news_sample.jsonl"
@@ -176,14 +177,6 @@ def test_default_rejects_path_next_to_output(tmp_path: Path) -> None:
     assert run(["dedup", str(inp), "--out", str(out), "--state", str(tmp_path / "st"), "-q"]) == 0
     assert [r["line"] for r in read_jsonl(Path(f"{out}.rejects.jsonl"))] == [2]
     assert len(read_jsonl(out)) == 1
-
-
-def console_script() -> list[str]:
-    script = Path(sys.executable).parent / "stream-dedup"
-    if script.is_file():
-        return [str(script)]
-    found = shutil.which("stream-dedup")
-    return [found] if found else [sys.executable, "-m", "stream_dedup.cli"]
 
 
 def test_console_script_stdin_stdout(tmp_path: Path) -> None:
