@@ -1,17 +1,13 @@
 """Catch-up: make the local index complete before the decision stage decides anything new.
 
-The engine index lives in the data dir of whichever worker owns ``signatures-0``.  When
-the partition moves (the owner died, a rebalance), the new owner's index may be behind:
-it misses the articles the previous owner indexed.  Every signature record ever decided is
-still in the signatures topic, so the new owner replays ``signatures-0`` from its local
-checkpoint + 1 up to the group's committed offset with a separate confluent-kafka consumer
-(manual ``assign``, no group membership, no commits), applying ``Deduplicator.decide``
-without emitting events.  The checkpoint is stored atomically with each insert, so a
-catch-up that is interrupted resumes where it stopped.
-
-Records at or after the committed offset are delivered by the group consumer as usual and
-decided normally (a record the previous owner already decided gets the same decision
-again: the replayed index is identical and ``now`` is the record's event time).
+The engine index lives in the data dir of whichever worker owns ``signatures-0``.  When the
+partition moves (the owner died, a rebalance), the new owner's index may be behind: it misses
+the articles the previous owner indexed.  Every signature record ever decided is still in the
+signatures topic, so the new owner replays ``signatures-0`` from its local checkpoint + 1 up to
+the group's committed offset with a separate confluent-kafka consumer (manual ``assign``, no
+group membership, no commits), applying each record to the index without producing anything
+(:meth:`stream_dedup.service.decisions.DecisionStage._apply_only`).  The checkpoint is stored
+atomically with each insert, so a catch-up that is interrupted resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -21,27 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 log = logging.getLogger(__name__)
 
 #: name under which the decision stage stores its position in the engine (``decide(checkpoint=...)``)
 CHECKPOINT_NAME = "signatures"
-
-
-def committed_offset(client_conf: dict[str, Any], group_id: str, topic: str, partition: int = 0,
-                     timeout: float = 15.0) -> int | None:
-    """The consumer group's committed offset (next offset to read) for one partition, or None."""
-    conf = dict(client_conf)
-    conf.update({"group.id": group_id, "enable.auto.commit": False})
-    consumer = Consumer(conf)
-    try:
-        [tp] = consumer.committed([TopicPartition(topic, partition)], timeout=timeout)
-        if tp.error:
-            raise KafkaException(tp.error)
-        return None if tp.offset in (OFFSET_INVALID,) or tp.offset < 0 else tp.offset
-    finally:
-        consumer.close()
 
 
 def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, end: int,

@@ -2,9 +2,9 @@
 
 The worker talks to Kafka through two libraries:
 
-* **Faust / aiokafka** for the two stages (consumer group, producer);
-* **confluent-kafka** for the admin work (create topics, read the group's committed
-  offsets) and for the catch-up replay of the signatures topic.
+* **Faust / aiokafka** for stage 1's consumer group (the producers are librdkafka's);
+* **confluent-kafka** for the decision stage (transactional consume -> produce), the admin work
+  (create topics, topic limits, broker probe) and the catch-up replay of the signatures topic.
 
 Both get the same security settings from ``ServiceConfig``:
 
