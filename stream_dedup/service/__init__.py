@@ -65,6 +65,42 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+BROKER_RETRY_SECONDS = 5.0
+
+
+def _prepare_topics(client_conf: dict, service: ServiceConfig, engine: EngineConfig) -> dict[str, int]:
+    """Create the topics, waiting for the broker as long as it takes (one line per change of state).
+
+    A broker that cannot be reached, or topics without a leader yet, are waited for; a topic
+    layout the worker cannot use (a signatures topic with several partitions) or a refused
+    creation raise :class:`TopicError`.
+    """
+    import time
+
+    from .topics import TopicError, ensure_topics
+
+    waiting_since = None
+    while True:
+        try:
+            partitions = ensure_topics(client_conf, service, engine, timeout=10.0)
+        except TopicError as exc:
+            if "without a leader" not in str(exc):
+                raise
+            problem = str(exc)
+        except Exception as exc:  # noqa: BLE001 - KafkaException: the broker is unreachable
+            problem = str(exc)
+        else:
+            if waiting_since is not None:
+                log.info("the broker at %s answers after %.0f s", service.bootstrap_servers,
+                         time.monotonic() - waiting_since)
+            return partitions
+        if waiting_since is None:
+            waiting_since = time.monotonic()
+            log.warning("cannot reach the Kafka broker at %s (%s): retrying every %.0f s", service.bootstrap_servers,
+                        problem, BROKER_RETRY_SECONDS)
+        time.sleep(BROKER_RETRY_SECONDS)
+
+
 def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
     """Run the worker until SIGTERM/SIGINT (exit code 0) or a fatal error (non-zero). Blocking."""
     import faust
@@ -73,7 +109,7 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
     from .app import DedupWorker
     from .decisions import dlq_budget
     from .http import HealthServer
-    from .topics import TopicError, ensure_topics
+    from .topics import TopicError
 
     _setup_logging(service.log_level)
     try:
@@ -84,14 +120,18 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
     log.info("service config: %s", redacted(service))
     log.info("engine config: %s", redacted(engine))
     log.info("kafka: %s", kafka_config.describe(service))
+    client_conf = kafka_config.service_client_config(service)
     try:
-        partitions = ensure_topics(kafka_config.confluent_config(service), service, engine)
-    except (TopicError, Exception) as exc:  # noqa: BLE001 - KafkaException, timeouts
+        partitions = _prepare_topics(client_conf, service, engine)
+    except TopicError as exc:
         log.error("cannot prepare topics on %s: %s", service.bootstrap_servers, exc)
         return 1
+    except KeyboardInterrupt:
+        log.info("interrupted while waiting for the broker")
+        return 130
     log.info("topics: %s", partitions)
 
-    budget = dlq_budget(kafka_config.confluent_config(service), [service.dlq_topic, service.signatures_topic])
+    budget = dlq_budget(client_conf, [service.dlq_topic, service.signatures_topic])
     log.info("dead letters larger than %d bytes are written as references", budget)
 
     loop = _new_event_loop()

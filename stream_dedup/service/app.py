@@ -187,7 +187,7 @@ class DedupWorker:
         self.service = service
         self.engine_config = engine
         self.metrics = metrics or Metrics()
-        self.client_conf = kafka_config.confluent_config(service)
+        self.client_conf = kafka_config.service_client_config(service)
         self.dlq_budget = dlq_budget
         Path(service.data_dir).mkdir(parents=True, exist_ok=True)
         self.producer = AsyncProducer(producer_config(self.client_conf, PRODUCER_LINGER))

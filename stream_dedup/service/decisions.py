@@ -148,7 +148,7 @@ class DecisionStage:
         self.service = service
         self.engine_config = engine
         self.metrics = metrics or Metrics()
-        self.client_conf = kafka_config.confluent_config(service)
+        self.client_conf = kafka_config.service_client_config(service)
         self.dlq_budget = dlq_budget
         _warm_up(engine)
         self.dedup = open_index(engine, Path(service.data_dir) / "index")
