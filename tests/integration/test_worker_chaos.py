@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from eos_check import check
+from ownership import wait_decision_owner
 
 from stream_dedup.config import EngineConfig
 from stream_dedup.record import REJECT_REASONS
@@ -163,7 +164,7 @@ def test_decision_owner_killed_and_third_worker_joining(kio, kafka_topics, worke
     feed = Feed(kio, t.input, traffic(kio, 900), rate=150)
     feed.start()
     time.sleep(3)
-    owner = next(w for w in workers if w.readyz()[1].get("decision_stage"))
+    owner = wait_decision_owner(workers)
     survivor = next(w for w in workers if w is not owner)
     owner.signal(signal.SIGKILL)
     owner.wait(timeout=30)

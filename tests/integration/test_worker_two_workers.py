@@ -8,6 +8,7 @@ import signal
 import time
 
 import pytest
+from ownership import wait_decision_owner
 
 pytestmark = pytest.mark.kafka
 
@@ -27,16 +28,6 @@ def _events_by_id(records) -> dict[str, dict]:
     return out
 
 
-def _wait_owner(workers, timeout: float = 90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        owners = [w for w in workers if w.alive() and w.readyz()[0] == 200 and w.readyz()[1].get("decision_stage")]
-        if len(owners) == 1:
-            return owners[0]
-        time.sleep(0.5)
-    raise AssertionError(f"no single owner of signatures-0: {[w.readyz() for w in workers]}")
-
-
 def test_two_workers_cross_partition_duplicates_and_failover(kio, kafka_topics, worker_topics, start_worker):
     t = worker_topics
     kafka_topics([t.input], partitions=PARTITIONS)
@@ -44,7 +35,7 @@ def test_two_workers_cross_partition_duplicates_and_failover(kio, kafka_topics, 
     w2 = start_worker(t, name="w2")
     w1.wait_ready(timeout=90)
     w2.wait_ready(timeout=90)
-    owner = _wait_owner([w1, w2])
+    owner = wait_decision_owner([w1, w2])
     # both workers must have input partitions: the stages really run on both
     for w in (w1, w2):
         parts = [p for p in w.readyz()[1]["assigned_partitions"] if p.startswith(t.input + "-")]
@@ -95,6 +86,6 @@ def test_two_workers_cross_partition_duplicates_and_failover(kio, kafka_topics, 
         e = events[vid_b.decode()]
         assert e["type"] == "duplicate-of", (e, survivor.log_tail())
         assert e["duplicate_of"].split("-v")[0] == vid_b.decode().split("-v")[0], e
-    assert _wait_owner([survivor]) is survivor
+    assert wait_decision_owner([survivor]) is survivor
     log = survivor.log_text()
     assert "catch-up: applied" in log, survivor.log_tail()
