@@ -505,19 +505,19 @@ class DecisionStage:
         except SignatureDecodeError:
             rec = None
         checkpoint = (catchup.CHECKPOINT_NAME, offset)
-        if isinstance(rec, SignatureRecord):
-            token = receipt_token(rec.source_topic, rec.source_partition, rec.source_offset)
-            if self.dedup.receipt(token) is None:
-                try:
-                    self.dedup.decide(rec.article_id, Fingerprint.from_bytes(rec.fingerprint),
-                                      now=rec.timestamp_ms / 1000.0, checkpoint=checkpoint, receipt=token)
-                except ValueError:
-                    self.dedup.record_receipt(token, checkpoint)  # it went to the DLQ
+        # the same input record as _decide_one names it (an undecodable one by its own coordinates)
+        token = (receipt_token(rec.source_topic, rec.source_partition, rec.source_offset) if rec is not None
+                 else receipt_token(self.topic, 0, offset))
+        if self.dedup.receipt(token) is not None:
+            pass  # applied before
+        elif isinstance(rec, SignatureRecord):
+            try:
+                self.dedup.decide(rec.article_id, Fingerprint.from_bytes(rec.fingerprint),
+                                  now=rec.timestamp_ms / 1000.0, checkpoint=checkpoint, receipt=token)
+            except ValueError:
+                self.dedup.record_receipt(token, checkpoint)  # it went to the DLQ
         else:
-            token = (receipt_token(rec.source_topic, rec.source_partition, rec.source_offset) if rec is not None
-                     else receipt_token(self.topic, 0, offset))
-            if self.dedup.receipt(token) is None:
-                self.dedup.record_receipt(token, checkpoint)
+            self.dedup.record_receipt(token, checkpoint)  # a dead letter: only its receipt is kept
         self.last_applied = offset
 
     # ------------------------------------------------------------------ metrics, errors, housekeeping
