@@ -53,6 +53,9 @@ class Metrics:
         self.redelivered = Counter(
             "stream_dedup_redelivered_signatures", "Second copies of an input record's signature (stage 1 is "
             "at-least-once) that the decision stage recognised and answered no more.", registry=r)
+        self.decision_stage_restarts = Counter(
+            "stream_dedup_decision_stage_restarts", "Times the worker restarted its decision stage process "
+            "(it exited: a crash, or a fatal Kafka client error such as a fenced consumer).", registry=r)
         self.ready = Gauge(
             "stream_dedup_ready", "1 when the worker has its partitions assigned and its index open.", registry=r)
 

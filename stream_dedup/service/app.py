@@ -194,6 +194,7 @@ class DedupWorker:
         # stage-1 CPU work in child processes, started (and warmed up) now
         self.pool = stage1.ComputePool(engine, service.fingerprint_processes)
         self.decisions = DecisionProcess(service, engine, dlq_budget, log_format)
+        self.decisions.on_restart = self.metrics.decision_stage_restarts.inc
         self.decisions.start()
         # /metrics serves this worker's families merged with the decision stage's
         self.registry = CollectorRegistry(auto_describe=False)

@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from stream_dedup.config import EngineConfig, ServiceConfig
@@ -31,7 +32,7 @@ METRICS_INTERVAL = 1.0
 MAX_RESTARTS = 5
 RESTART_WINDOW = 120.0
 #: metric families the worker itself owns (never taken from the child)
-PARENT_ONLY = frozenset({"stream_dedup_ready"})
+PARENT_ONLY = frozenset({"stream_dedup_ready", "stream_dedup_decision_stage_restarts"})
 
 
 def _die_with_parent() -> None:
@@ -99,6 +100,7 @@ class DecisionProcess:
         self.families: list[Any] = []
         self.restarts: list[float] = []
         self.stopping = False
+        self.on_restart: Callable[[], None] | None = None
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -135,6 +137,8 @@ class DecisionProcess:
         if len(self.restarts) > MAX_RESTARTS:
             return f"the decision stage failed {len(self.restarts)} times in {RESTART_WINDOW:.0f} s (exit code {code})"
         log.error("decision stage exited with code %s: restarting it", code)
+        if self.on_restart is not None:
+            self.on_restart()
         self.start()
         return None
 

@@ -166,6 +166,7 @@ class DecisionStage:
         self._txn: _Transaction | None = None
         self.decide_errors = 0
         self.fatal: str | None = None
+        self.client_fatal: str | None = None  # a fatal librdkafka error: this consumer is unusable
         self._last_evict = time.monotonic()
         self._last_gauges = 0.0
         self.consumer = Consumer({
@@ -241,6 +242,10 @@ class DecisionStage:
                 msgs = self.consumer.consume(int(self.service.transaction_size),
                                              timeout=max(0.001, self.service.batch_wait))
                 records = [m for m in msgs if self._usable(m)]
+                if self.client_fatal:
+                    # e.g. a static member fenced by its own re-join after a broker outage
+                    # (librdkafka#3437): only a new client recovers, so the worker restarts the stage
+                    raise FatalError(f"Kafka consumer: {self.client_fatal}")
                 if records and self.owned and self.producer is not None:
                     self.broker_error = None
                     self._transaction(records)
@@ -360,7 +365,9 @@ class DecisionStage:
         err = m.error()
         if err is None:
             return True
-        if err.code() != KafkaError._PARTITION_EOF:
+        if err.fatal():
+            self.client_fatal = str(err)
+        elif err.code() != KafkaError._PARTITION_EOF:
             self._broker_trouble(str(err))
         return False
 
@@ -421,6 +428,10 @@ class DecisionStage:
                     self._broker_trouble(str(err))
                     time.sleep(0.1)
                     continue
+                if err.code() == KafkaError.FENCED_INSTANCE_ID or err.fatal():
+                    # another member took this static id (or librdkafka fenced us by our own
+                    # re-join): this consumer can never commit again; only a new client recovers
+                    raise FatalError(str(err)) from exc
                 if err.txn_requires_abort():
                     raise _Abort(str(err)) from exc
                 raise FatalError(str(err)) from exc
@@ -570,10 +581,13 @@ class DecisionStage:
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
             log.error("fatal Kafka error: %s", err)
+            self.client_fatal = str(err)
+            return
         self._broker_trouble(str(err))
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:  # the transaction becomes abortable: commit_transaction reports it
+        if err is not None and err.code() != KafkaError._PURGE_QUEUE:  # purged: by an abort, logged there
+            # the transaction becomes abortable: commit_transaction reports it
             log.warning("output record to %s failed: %s", msg.topic(), err)
 
     def _close(self) -> None:

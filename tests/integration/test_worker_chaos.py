@@ -155,6 +155,42 @@ def test_broker_frozen_20s_worker_recovers_by_itself(kio, kafka_topics, worker_t
     assert len(lines) < 100, f"{len(lines)} retry lines: the worker floods the log"
 
 
+def test_fenced_decision_consumer_is_replaced(kio, kafka_topics, worker_topics, start_worker, tmp_path):
+    """A fatal consumer error (here: fenced by a client with the worker's static id) restarts the stage.
+
+    After a broker outage librdkafka can fence a static member by its own re-join (librdkafka#3437);
+    the fenced consumer never recovers, so the worker must replace it rather than retry forever.
+    """
+    from confluent_kafka import Consumer
+
+    t = worker_topics
+    kafka_topics([t.input], partitions=PARTITIONS)
+    data_dir = tmp_path / "data"
+    w = start_worker(t, name="w0", data_dir=data_dir)
+    w.wait_ready(timeout=90)
+    feed = Feed(kio, t.input, traffic(kio, 300), rate=150)
+    feed.start()
+    time.sleep(1)
+    intruder = Consumer({"bootstrap.servers": kio.bootstrap, "group.id": f"{t.app_id}.decisions",
+                         "group.instance.id": (data_dir / "instance-id").read_text().strip(),
+                         "enable.auto.commit": False, "session.timeout.ms": 6000, "log_level": 0})
+    intruder.subscribe([t.signatures])
+    try:
+        deadline = time.monotonic() + 30
+        while "restarting it" not in w.log_text() and time.monotonic() < deadline:
+            intruder.poll(0.2)
+    finally:
+        intruder.close()
+    assert "restarting it" in w.log_text(), w.log_tail()
+    assert "fenced" in w.log_text(), w.log_tail()
+    w.wait_ready(timeout=90)
+    feed.join(timeout=120)
+    assert_exactly_once(kio, t, feed)
+    assert w.alive(), w.log_tail()
+    text = kio.http_get(w.url + "/metrics")[1]
+    assert (kio.metric_value(text, "stream_dedup_decision_stage_restarts_total") or 0) >= 1
+
+
 def test_decision_owner_killed_and_third_worker_joining(kio, kafka_topics, worker_topics, start_worker):
     t = worker_topics
     kafka_topics([t.input], partitions=PARTITIONS)
