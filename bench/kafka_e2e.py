@@ -41,6 +41,7 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+TX_METRICS = ('stream_dedup_transaction_commit_seconds_sum', 'stream_dedup_transaction_commit_seconds_count', 'stream_dedup_transaction_records_sum')
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "news_stream.jsonl"
 
 
@@ -119,6 +120,20 @@ class Worker:
             time.sleep(0.2)
         sys.exit("worker not ready")
 
+    def metric_sums(self, *names: str) -> dict[str, float]:
+        """``{name: value}`` of samples named exactly ``names`` on the worker's /metrics (0 when absent)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return dict.fromkeys(names, float("nan"))
+        out = dict.fromkeys(names, 0.0)
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in out:
+                out[name] += float(value)
+        return out
+
     def cpu_seconds(self) -> float:
         try:
             import psutil
@@ -187,23 +202,31 @@ def produce(bootstrap: str, topic: str, lines: list[bytes], rate: float | None =
 class Reader(threading.Thread):
     """A read_committed reader of the output topics, running beside the producer: {id: receive time ms}."""
 
-    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+    def __init__(self, bootstrap: str, topics: list[str], isolation: str = "read_committed") -> None:
         super().__init__(daemon=True)
         from confluent_kafka import Consumer
 
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
                                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                                  "isolation.level": "read_committed", "fetch.wait.max.ms": 5})
+                                  "isolation.level": isolation, "fetch.wait.max.ms": 5})
         self.consumer.subscribe(topics)
         self.got: dict[str, int] = {}
+        self.created: dict[str, int] = {}  # the record's CreateTime: when its producer produced it
         self.stopped = threading.Event()
 
     def run(self) -> None:
         try:
             while not self.stopped.is_set():
-                for m in self.consumer.consume(1000, timeout=0.05):
+                # consume(n, timeout) waits for n records or the whole timeout: that would add up
+                # to the timeout to each latency, so wait for one record, then take what came too
+                first = self.consumer.poll(0.05)
+                if first is None:
+                    continue
+                for m in [first, *self.consumer.consume(1000, timeout=0)]:
                     if m.error() is None:
-                        self.got.setdefault(m.key().decode(), int(time.time() * 1000))
+                        key = m.key().decode()
+                        self.got.setdefault(key, int(time.time() * 1000))
+                        self.created.setdefault(key, m.timestamp()[1])
         finally:
             self.consumer.close()
 
@@ -232,6 +255,29 @@ def collect(bootstrap: str, topics: list[str], want: set[str], timeout: float) -
     finally:
         c.close()
     return got
+
+
+def _mean_commit(tx: dict[str, float]) -> str:
+    n = tx[TX_METRICS[1]]
+    return f"{tx[TX_METRICS[0]] / n * 1000:.1f} / {tx[TX_METRICS[2]] / n:.1f}" if n else "n/a"
+
+
+def breakdown(produced: dict[str, int], signed: dict[str, int], created: dict[str, int],
+              received: dict[str, int]) -> dict[str, list[float]]:
+    """Where the latency goes, per record, from the records' own timestamps (ms; one clock):
+
+    stage 1 = signature produced - input produced (Faust fetch, fingerprint, merge, send);
+    stage 2 = event produced - signature produced (signature fetch, decide, transaction batching);
+    commit  = event received by the read_committed reader - event produced (commit, fetch).
+    """
+    out: dict[str, list[float]] = {"stage 1 (input -> signature)": [], "stage 2 (signature -> event)": [],
+                                   "commit + read (event -> received)": []}
+    for k, t0 in produced.items():
+        if k in signed and k in created and k in received:
+            for name, v in zip(out, (signed[k] - t0, created[k] - signed[k], received[k] - created[k]),
+                               strict=True):
+                out[name].append(float(v))
+    return out
 
 
 def _cleanup(admin, prefix: str, data_dir: str) -> None:
@@ -362,6 +408,8 @@ def main() -> int:
     out_topics = [f"{prefix}.new", f"{prefix}.dup"]
     reader = Reader(bootstrap, out_topics)
     reader.start()
+    sig_reader = Reader(bootstrap, [f"{prefix}.sig"], isolation="read_uncommitted")  # stage 1 -> 2
+    sig_reader.start()
     rss = PeakRSS(worker.proc.pid)
     try:
         worker.wait_ready()
@@ -380,9 +428,12 @@ def main() -> int:
         m = int(rate * args.latency_seconds)
         half = [round_variant(all_lines[i % len(all_lines)], 1 + i // len(all_lines)) for i in range(m)]
         print(f"latency run: {m} records of new rounds at {rate:.0f}/s (half the measured rate) ...", flush=True)
+        tx0 = worker.metric_sums(*TX_METRICS)
         sent2 = produce(bootstrap, f"{prefix}.articles", half, rate=rate)
         got2 = reader.wait_for(set(sent2), timeout=600)
+        tx = {k: v - tx0[k] for k, v in worker.metric_sums(*TX_METRICS).items()}
         lat = [(got2[k] - sent2[k]) / 1000 for k in sent2 if k in got2]
+        parts = breakdown(sent2, sig_reader.created, reader.created, got2)
         if args.latency_trace:
             with args.latency_trace.open("w") as f:
                 f.write("id,produced_ms,received_ms,latency_ms\n")
@@ -393,6 +444,7 @@ def main() -> int:
     finally:
         rss.stopped.set()
         reader.stopped.set()
+        sig_reader.stopped.set()
         worker.stop()
         _cleanup(admin, prefix, data_dir)
     try:
@@ -424,6 +476,9 @@ def main() -> int:
         (f"latency run ({rate:.0f}/s) p50 (ms)", f"{p50:.1f}"),
         (f"latency run ({rate:.0f}/s) p99 (ms)", f"{p99:.1f}"),
         (f"latency run ({rate:.0f}/s) max (ms)", f"{max(lat) * 1000 if lat else float('nan'):.1f}"),
+        ("  transactions: mean commit (ms) / records each", f"{_mean_commit(tx)}"),
+        *[(f"  {name} p50 / p99 (ms)", f"{percentile(v, 50):.0f} / {percentile(v, 99):.0f}")
+          for name, v in parts.items()],
         ("decision stage alone (stage 2), articles/s", f"{decide_rate:.0f}"),
         ("engine decide rate, same signatures, in process", f"{engine_decide_rate:.0f}"),
         ("decision stage / engine decide", f"{stage_ratio:.0%}"),

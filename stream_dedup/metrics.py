@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 CANDIDATE_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100, 250, 1000)
+TRANSACTION_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 
 
@@ -53,6 +54,12 @@ class Metrics:
         self.redelivered = Counter(
             "stream_dedup_redelivered_signatures", "Second copies of an input record's signature (stage 1 is "
             "at-least-once) that the decision stage recognised and answered no more.", registry=r)
+        self.transaction_seconds = Histogram(
+            "stream_dedup_transaction_commit_seconds", "Decision stage: time to commit one Kafka transaction "
+            "(send the consumed offsets, then commit).", buckets=LATENCY_BUCKETS, registry=r)
+        self.transaction_records = Histogram(
+            "stream_dedup_transaction_records", "Decision stage: signature records decided per Kafka transaction.",
+            buckets=TRANSACTION_BUCKETS, registry=r)
         self.decision_stage_restarts = Counter(
             "stream_dedup_decision_stage_restarts", "Times the worker restarted its decision stage process "
             "(it exited: a crash, or a fatal Kafka client error such as a fenced consumer).", registry=r)

@@ -36,10 +36,14 @@ import asyncio
 import gc
 import logging
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 from stream_dedup.config import EngineConfig, ServiceConfig, redacted
 
 __all__ = ["run_worker"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("stream_dedup.service")
 
@@ -68,7 +72,51 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
 BROKER_RETRY_SECONDS = 5.0
 
 
-def _prepare_topics(client_conf: dict, service: ServiceConfig, engine: EngineConfig) -> dict[str, int]:
+class _Starting:
+    """Health answers while the worker prepares its topics (the broker may not answer for a while).
+
+    The process is alive (``/healthz`` 200: restarting it would not bring the broker back) and
+    not ready (``/readyz`` 503 with the reason); ``/metrics`` serves the metrics at zero.
+    """
+
+    def __init__(self) -> None:
+        from stream_dedup.metrics import Metrics
+
+        self.metrics = Metrics()
+        self.problem: str | None = None
+
+    def liveness(self) -> tuple[bool, dict]:
+        return True, {"state": "starting"}
+
+    def readiness(self) -> tuple[bool, dict]:
+        reason = f"cannot reach the broker: {self.problem}" if self.problem else "preparing the topics"
+        return False, {"state": "starting", "reasons": [reason]}
+
+
+def _in_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> asyncio.Future[T]:
+    """Run blocking ``fn`` in a daemon thread (an interrupted start must not wait for it)."""
+    import threading
+
+    fut: asyncio.Future[T] = loop.create_future()
+
+    def settle(error: BaseException | None, result: T | None) -> None:
+        if not fut.done():
+            fut.set_exception(error) if error is not None else fut.set_result(result)
+
+    def run() -> None:
+        try:
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting loop
+            loop.call_soon_threadsafe(settle, exc, None)
+        else:
+            loop.call_soon_threadsafe(settle, None, result)
+
+    threading.Thread(target=run, name="stream-dedup-prepare-topics", daemon=True).start()
+    return fut
+
+
+def _prepare_topics(client_conf: dict, service: ServiceConfig, engine: EngineConfig,
+                    starting: _Starting | None = None) -> dict[str, int]:
     """Create the topics, waiting for the broker as long as it takes (one line per change of state).
 
     A broker that cannot be reached, or topics without a leader yet, are waited for; a topic
@@ -94,6 +142,8 @@ def _prepare_topics(client_conf: dict, service: ServiceConfig, engine: EngineCon
                 log.info("the broker at %s answers after %.0f s", service.bootstrap_servers,
                          time.monotonic() - waiting_since)
             return partitions
+        if starting is not None:
+            starting.problem = problem
         if waiting_since is None:
             waiting_since = time.monotonic()
             log.warning("cannot reach the Kafka broker at %s (%s): retrying every %.0f s", service.bootstrap_servers,
@@ -121,24 +171,30 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
     log.info("engine config: %s", redacted(engine))
     log.info("kafka: %s", kafka_config.describe(service))
     client_conf = kafka_config.service_client_config(service)
+    loop = _new_event_loop()
+    asyncio.set_event_loop(loop)
+    # the health server answers from the start: while the broker is waited for, /healthz is 200
+    # and /readyz 503 with the reason (a liveness probe must not kill a worker waiting for Kafka)
+    starting = _Starting()
+    http = HealthServer(starting.metrics.registry, service.metrics_host, int(service.metrics_port),
+                        liveness=starting.liveness, readiness=starting.readiness)
     try:
-        partitions = _prepare_topics(client_conf, service, engine)
+        loop.run_until_complete(http.start())
+        partitions = loop.run_until_complete(
+            _in_thread(loop, lambda: _prepare_topics(client_conf, service, engine, starting)))
+        log.info("topics: %s", partitions)
+        budget = dlq_budget(client_conf, [service.dlq_topic, service.signatures_topic])
     except TopicError as exc:
         log.error("cannot prepare topics on %s: %s", service.bootstrap_servers, exc)
+        loop.run_until_complete(http.stop())
         return 1
     except KeyboardInterrupt:
         log.info("interrupted while waiting for the broker")
         return 130
-    log.info("topics: %s", partitions)
-
-    budget = dlq_budget(client_conf, [service.dlq_topic, service.signatures_topic])
     log.info("dead letters larger than %d bytes are written as references", budget)
 
-    loop = _new_event_loop()
-    asyncio.set_event_loop(loop)
     worker = DedupWorker(service, engine, dlq_budget=budget, log_format=LOG_FORMAT)
-    http = HealthServer(worker.registry, service.metrics_host, int(service.metrics_port),
-                        liveness=worker.liveness, readiness=worker.readiness)
+    http.registry, http.liveness, http.readiness = worker.registry, worker.liveness, worker.readiness
     code = 0
     # Faust allocates several objects per message: move the start-up heap out of the GC's
     # way and collect the young generation less often (measured: fewer pauses, more articles/s)
@@ -150,7 +206,6 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
     # hand-over can wait that long behind a busy loop (measured: ~10 ms per stage at p50)
     sys.setswitchinterval(SWITCH_INTERVAL)
     try:
-        loop.run_until_complete(http.start())
         fw = faust.Worker(worker.app, loop=loop, loglevel=service.log_level.upper(), quiet=True,
                           redirect_stdouts=False, override_logging=False)
         try:

@@ -73,6 +73,8 @@ PROCESSING_ERROR = "processing_error"
 MAX_CONSECUTIVE_DECIDE_ERRORS = 10
 #: seconds between retention sweeps when idle, and between lag gauge updates
 EVICT_INTERVAL = 60.0
+#: longest the loop waits for a first record before its housekeeping (returns at once when one arrives)
+IDLE_WAIT = 0.1
 GAUGE_INTERVAL = 2.0
 #: a transaction commit taking longer than this makes the stage report "waiting for the broker"
 SLOW_COMMIT = 3.0
@@ -239,9 +241,7 @@ class DecisionStage:
                 if self.needs_reconcile:
                     self._reconcile()
                     continue
-                msgs = self.consumer.consume(int(self.service.transaction_size),
-                                             timeout=max(0.001, self.service.batch_wait))
-                records = [m for m in msgs if self._usable(m)]
+                records = self._fetch(int(self.service.transaction_size), IDLE_WAIT)
                 if self.client_fatal:
                     # e.g. a static member fenced by its own re-join after a broker outage
                     # (librdkafka#3437): only a new client recovers, so the worker restarts the stage
@@ -361,6 +361,21 @@ class DecisionStage:
                 raise FatalError(f"init_transactions: {err}") from exc
 
     # ------------------------------------------------------------------ one transaction
+    def _fetch(self, most: int, wait: float) -> list[Any]:
+        """Up to ``most`` records: those already fetched, else the first to arrive within ``wait`` s.
+
+        ``Consumer.consume(n, timeout)`` returns only when it has ``n`` messages or the timeout is
+        over, so asking for a batch with a timeout adds the whole timeout to every record's latency
+        whenever fewer than ``n`` are waiting.  Asking for one record returns as soon as it arrives;
+        what else has arrived by then is taken without waiting.
+        """
+        msgs = self.consumer.consume(most, timeout=0)
+        if not msgs and wait > 0:
+            msgs = self.consumer.consume(1, timeout=wait)
+            if msgs and most > 1:
+                msgs += self.consumer.consume(most - 1, timeout=0)
+        return [m for m in msgs if self._usable(m)]
+
     def _usable(self, m: Any) -> bool:
         err = m.error()
         if err is None:
@@ -391,7 +406,7 @@ class DecisionStage:
                 left = deadline - time.monotonic()
                 if txn.count >= size or left <= 0 or self._stop.is_set():
                     break
-                records = [m for m in self.consumer.consume(size - txn.count, timeout=left) if self._usable(m)]
+                records = self._fetch(size - txn.count, left)
                 if self._txn is not txn:
                     return  # a rebalance callback has finished (or aborted) it
                 if not records:
@@ -412,7 +427,10 @@ class DecisionStage:
                 [TopicPartition(self.topic, 0, txn.next_offset)], self.consumer.consumer_group_metadata(), 60))
             self._retry(lambda: producer.commit_transaction(60))
         finally:
+            took = time.monotonic() - self.commit_started
             self.commit_started = None
+        self.metrics.transaction_seconds.observe(took)
+        self.metrics.transaction_records.observe(txn.count)
         self._txn = None
         self.committed = txn.next_offset
         self._observe(txn.observed)

@@ -116,3 +116,16 @@ def test_bad_input_goes_to_dlq_and_metrics_and_health(kio, kafka_topics, worker_
     log = w.log_text()
     assert SECRET not in log
     assert "service config" in log
+
+
+def test_unusable_signatures_topic_is_one_clear_line_and_exit_1(kio, kafka_topics, worker_topics, start_worker):
+    """A signatures topic with 2 partitions cannot keep one decision order: refused, not worked around."""
+    t = worker_topics
+    kafka_topics([t.input])
+    kafka_topics([t.signatures], partitions=2)
+    w = start_worker(t, name="w0")
+    assert w.wait(timeout=60) == 1
+    text = w.log_text()
+    lines = [x for x in text.splitlines() if "cannot prepare topics" in x]
+    assert len(lines) == 1 and "2 partitions" in lines[0], text
+    assert "Traceback" not in text
