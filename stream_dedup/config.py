@@ -156,6 +156,9 @@ class ServiceConfig:
     transaction_ms: float = _opt(
         10.0, "Worker: longest the decision stage collects records into one transaction before committing "
         "it, in milliseconds (bounds the latency it adds; longer = fewer, larger transactions).")
+    receipt_sweep: float = _opt(
+        60.0, "Worker: seconds between sweeps of the decision stage's delivery receipts (one per input record, "
+        "kept until stage 1 can no longer send that record twice; 0 = keep them all).")
     fingerprint_processes: int = _opt(
         1, "Worker: processes that parse and fingerprint (stage 1) beside the event loop; 0 = in the event loop.")
 

@@ -146,6 +146,10 @@ class Deduplicator:
         """Store a receipt (and checkpoint) for a delivery that was not an article (a rejected record)."""
         self.index.mark(checkpoint, token)
 
+    def forget_receipts(self, begin: bytes, end: bytes) -> None:
+        """Drop the receipts of tokens in ``[begin, end)``: deliveries that can no longer come twice."""
+        self.index.delete_receipts(begin, end)
+
     def decision_of(self, article_id: str) -> Decision | None:
         """The stored decision of ``article_id`` (``seen_before`` set), or None if it is not indexed."""
         seq = self.index.seq_of(article_id)

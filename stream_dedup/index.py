@@ -68,8 +68,8 @@ _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, e
 _LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
-_SCHEMA = 3
-_POINTS, _SIMHASH, _TIME = "points", "simhash", "time"
+_SCHEMA = 4
+_POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
 _ID_SEED = 0x1D5EED
@@ -180,11 +180,13 @@ class Index:
             _POINTS: _table_options(cache, _POINT_PREFIX, MemtableFactory.hash_link_list(1 << 20)),
             _SIMHASH: _table_options(cache, 1 + self.table_prefix_bits // 8, MemtableFactory.hash_skip_list(1 << 20, 4, 4)),
             _TIME: _table_options(cache, None, None),
+            _RECEIPTS: _table_options(cache, None, None),  # ordered: a consumer sweeps ranges of them
         }
         self.db = Rdict(str(self.path), opts, column_families=families)
         self._points = self.db.get_column_family(_POINTS)
         self._tables = self.db.get_column_family(_SIMHASH)
         self._time = self.db.get_column_family(_TIME)
+        self._receipts = self.db.get_column_family(_RECEIPTS)
         self._cf = {name: self.db.get_column_family_handle(name) for name in families}
         if not durable_writes:
             wo = WriteOptions()
@@ -350,7 +352,7 @@ class Index:
             wb.put(b"Mckpt:" + checkpoint[0].encode(), _u64(checkpoint[1]))
         if receipt is not None:
             offset = checkpoint[1] if checkpoint is not None else 0
-            wb.put(b"R" + receipt, _RECEIPT.pack(offset, 1 if replayed else 0), self._cf[_POINTS])
+            wb.put(receipt, _RECEIPT.pack(offset, 1 if replayed else 0), self._cf[_RECEIPTS])
 
     def mark(self, checkpoint: tuple[str, int] | None, receipt: bytes | None = None,
              replayed: bool = False) -> None:
@@ -362,15 +364,19 @@ class Index:
     def receipt(self, token: bytes) -> tuple[int, bool] | None:
         """``(checkpoint offset, replayed)`` stored with the delivery ``token``, or None.
 
-        A token names one input record (the caller chooses it, e.g. a hash of its topic,
-        partition and offset; its first 8 bytes must be well spread).  It lets a consumer that
-        may see the same input twice tell a second delivery from a first one.
+        A token names one input record (the caller chooses it, e.g. its topic, partition and
+        offset, big-endian so that a partition's receipts are one ordered range).  It lets a
+        consumer that may see the same input twice tell a second delivery from a first one.
         """
-        v = self._points.get(b"R" + token)
+        v = self._receipts.get(token)
         if v is None:
             return None
         offset, flags = _RECEIPT.unpack(v)
         return offset, bool(flags & 1)
+
+    def delete_receipts(self, begin: bytes, end: bytes) -> None:
+        """Drop the receipts whose tokens sort in ``[begin, end)`` (one range tombstone)."""
+        self._receipts.delete_range(begin, end)
 
     def delete(self, art: StoredArticle, bucket_keys: list[bytes], permuted: list[int]) -> None:
         """Remove every key of ``art`` in one atomic write (bucket values are read, so one at a time)."""
@@ -429,5 +435,5 @@ class Index:
     def close(self) -> None:
         """Close the database; the family handles are dropped too (they keep it open otherwise)."""
         self.db.close()
-        self._points = self._tables = self._time = None  # type: ignore[assignment]
+        self._points = self._tables = self._time = self._receipts = None  # type: ignore[assignment]
         self._cf = {}

@@ -60,6 +60,10 @@ class Metrics:
         self.transaction_records = Histogram(
             "stream_dedup_transaction_records", "Decision stage: signature records decided per Kafka transaction.",
             buckets=TRANSACTION_BUCKETS, registry=r)
+        self.receipt_sweeps = Counter(
+            "stream_dedup_receipt_sweeps", "Decision stage: sweeps that dropped the delivery receipts of input "
+            "records stage 1 can no longer send twice (keeps the index from growing by ~40 B per record).",
+            registry=r)
         self.decision_stage_restarts = Counter(
             "stream_dedup_decision_stage_restarts", "Times the worker restarted its decision stage process "
             "(it exited: a crash, or a fatal Kafka client error such as a fenced consumer).", registry=r)

@@ -19,7 +19,8 @@ and the signature offsets are committed together or not at all.
 
 **The index may run ahead of Kafka, never out of step.**  Each article is written to RocksDB when
 it is decided (one atomic WriteBatch with the signature offset and a *receipt*: a token naming the
-input record, hashed from its topic, partition and offset).  A transaction that then aborts, or
+input record: its topic's tag, partition and offset, swept by :class:`ReceiptSweep` once stage 1
+can no longer send that record twice).  A transaction that then aborts, or
 a crash before the commit, leaves articles in the index whose events were never committed.  They
 are decided again from the committed offset, and the receipt tells what to do with each record:
 
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -102,9 +104,72 @@ class _Transaction:
     observed: list[tuple[Any, Any, float]] = field(default_factory=list)
 
 
+_RECEIPT_POSITION = struct.Struct(">IQ")  # input partition, input offset
+
+
 def receipt_token(topic: str, partition: int, offset: int) -> bytes:
-    """The receipt of one input record (16 bytes, well spread)."""
-    return hashlib.blake2b(f"{topic}\x00{partition}\x00{offset}".encode(), digest_size=16).digest()
+    """The receipt of one input record: a tag of its topic, its partition and offset (20 bytes).
+
+    Big-endian, so one partition's receipts are one ordered range, swept by :class:`ReceiptSweep`.
+    """
+    return _topic_tag(topic) + _RECEIPT_POSITION.pack(partition, offset)
+
+
+def _topic_tag(topic: str) -> bytes:
+    return hashlib.blake2b(topic.encode(), digest_size=8).digest()
+
+
+class ReceiptSweep:
+    """Drops the receipts of input records that stage 1 can no longer send twice.
+
+    A receipt exists to recognise a second copy of an input record's signature.  Stage 1
+    commits an input offset only once every signature below it is acknowledged, so:
+
+    1. read stage 1's committed input offsets ``C[p]`` (its consumer group), *then* the
+       signatures topic's end offset ``H``: every copy of every input record below ``C[p]`` is
+       in the signatures topic below ``H``;
+    2. once the decision stage has committed past ``H``, every such copy has been answered or
+       skipped, so the receipts of input offsets below ``C[p]`` are never needed again.
+
+    Step 1 runs on the broker probe's thread (admin requests), step 2 in the decision loop.
+    """
+
+    def __init__(self, service: ServiceConfig) -> None:
+        self.service = service
+        self.target: tuple[dict[int, int], int] | None = None  # (C, H) waiting for the commit to pass H
+        self.done: dict[int, int] = {}  # the offsets below which receipts were dropped, per partition
+
+    def read_target(self, admin: Any, timeout: float) -> None:
+        """Step 1 (a blocking admin round trip)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        from confluent_kafka.admin import OffsetSpec
+
+        svc = self.service
+        meta = admin.list_topics(svc.input_topic, timeout=timeout).topics.get(svc.input_topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return
+        request = ConsumerGroupTopicPartitions(svc.app_id, [TopicPartition(svc.input_topic, p)
+                                                            for p in sorted(meta.partitions)])
+        group = admin.list_consumer_group_offsets([request], request_timeout=timeout)[svc.app_id].result(timeout)
+        committed = {tp.partition: tp.offset for tp in group.topic_partitions
+                     if tp.error is None and tp.offset >= 0 and tp.offset > self.done.get(tp.partition, 0)}
+        if not committed:
+            return
+        sig = TopicPartition(svc.signatures_topic, 0)
+        end = admin.list_offsets({sig: OffsetSpec.latest()}, request_timeout=timeout)[sig].result(timeout)
+        self.target = (committed, end.offset)
+
+    def apply(self, dedup: Any, committed_offset: int | None) -> int:
+        """Step 2, when the commit has passed ``H``; returns the partitions swept."""
+        if self.target is None or committed_offset is None or committed_offset < self.target[1]:
+            return 0
+        below, _end = self.target
+        topic = self.service.input_topic
+        for partition, offset in below.items():
+            dedup.forget_receipts(receipt_token(topic, partition, 0), receipt_token(topic, partition, offset))
+            self.done[partition] = offset
+        self.target = None
+        return len(below)
 
 
 def decisions_group(service: ServiceConfig) -> str:
@@ -170,6 +235,7 @@ class DecisionStage:
         self.fatal: str | None = None
         self.client_fatal: str | None = None  # a fatal librdkafka error: this consumer is unusable
         self._last_evict = time.monotonic()
+        self.sweep = ReceiptSweep(service)
         self._last_gauges = 0.0
         self.consumer = Consumer({
             **self.client_conf,
@@ -209,6 +275,8 @@ class DecisionStage:
     def _probe_broker(self) -> None:
         """Every PROBE_INTERVAL s, ask the broker for the signatures topic's metadata.
 
+        Every ``--receipt-sweep`` s it also reads what :class:`ReceiptSweep` needs.
+
         A frozen or partitioned broker answers nothing and librdkafka reports it only after its
         socket timeout (a minute); the probe makes ``/readyz`` say so within seconds.
         """
@@ -217,12 +285,20 @@ class DecisionStage:
         # a handle of its own: a metadata request on the consumer's handle can wait behind its
         # consume() far longer than its timeout (measured: 14 s of a 20 s broker freeze)
         admin = AdminClient(self.client_conf)
+        next_sweep = time.monotonic() + float(self.service.receipt_sweep)
         while not self._stop.wait(PROBE_INTERVAL):
             try:
                 admin.list_topics(self.topic, timeout=PROBE_INTERVAL)
                 if self.probe_error is not None:
                     log.info("decision stage: the broker answers again")
                     self.probe_error = None
+                every = float(self.service.receipt_sweep)
+                if every > 0 and self.owned and self.sweep.target is None and time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + every
+                    try:
+                        self.sweep.read_target(admin, timeout=10.0)
+                    except Exception:  # noqa: BLE001 - tried again next time
+                        log.debug("receipt sweep: reading the offsets failed", exc_info=True)
             except Exception as exc:  # noqa: BLE001 - KafkaException, or the consumer is closed
                 if self._stop.is_set():
                     return
@@ -573,6 +649,9 @@ class DecisionStage:
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
+        if self.sweep.target is not None and self.sweep.apply(self.dedup, self.committed):
+            self.metrics.receipt_sweeps.inc()
+            log.debug("receipt sweep: dropped receipts below input offsets %s", self.sweep.done)
         if self.engine_config.retention and now - self._last_evict >= EVICT_INTERVAL:
             self._last_evict = now
             n = self.dedup.evict_expired(time.time())

@@ -405,3 +405,8 @@ def test_receipts_tell_a_second_delivery_from_a_first(tmp_path) -> None:
         d.record_receipt(b"t" * 16, ("sig", 7))
         assert d.receipt(b"t" * 16) == (7, False) and d.checkpoint("sig") == 7
         assert len(d) == 1
+        # receipts are swept by ranges of tokens; the articles stay
+        d.forget_receipts(b"r" * 16, b"s" * 16 + b"\x00")
+        assert d.receipt(b"r" * 16) is None and d.receipt(b"s" * 16) is None
+        assert d.receipt(b"t" * 16) == (7, False)
+        assert d.decision_of("a") is not None and len(d) == 1

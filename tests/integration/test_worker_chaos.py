@@ -73,7 +73,8 @@ def test_sigkill_cycles_lose_and_double_nothing(kio, kafka_topics, worker_topics
     t = worker_topics
     kafka_topics([t.input], partitions=PARTITIONS)
     data_dir = tmp_path / "data"
-    w = start_worker(t, name="w0", data_dir=data_dir, batch_size=50)
+    # receipts swept every second: a sweep that dropped one too early shows up as a doubled event
+    w = start_worker(t, name="w0", data_dir=data_dir, batch_size=50, receipt_sweep=1)
     w.wait_ready(timeout=90)
     feed = Feed(kio, t.input, traffic(kio, 1200), rate=150)
     feed.start()
@@ -85,11 +86,15 @@ def test_sigkill_cycles_lose_and_double_nothing(kio, kafka_topics, worker_topics
         w.signal(signal.SIGKILL)
         w.wait(timeout=30)
         kills += 1
-        w = start_worker(t, name=f"w{cycle + 1}", data_dir=data_dir, batch_size=50)
+        w = start_worker(t, name=f"w{cycle + 1}", data_dir=data_dir, batch_size=50, receipt_sweep=1)
         w.wait_ready(timeout=90)
     assert feed.is_alive() or kills == 5
     feed.join(timeout=120)
     assert_exactly_once(kio, t, feed)
+    deadline = time.monotonic() + 30
+    while (kio.metric_value(kio.http_get(w.url + "/metrics")[1], "stream_dedup_receipt_sweeps_total") or 0) < 1:
+        assert time.monotonic() < deadline, "no receipt sweep in 30 s"
+        time.sleep(0.5)
 
 
 def test_sigterm_mid_stream_then_restart_is_exactly_once(kio, kafka_topics, worker_topics, start_worker,
