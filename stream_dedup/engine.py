@@ -107,7 +107,7 @@ class Deduplicator:
                     "char_shingles": c.char_shingles,
                     "bands": self.lsh.bands, "rows": self.lsh.rows, "simhash_k": c.simhash_k,
                     "simhash_blocks": c.simhash_blocks}
-        self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET,
+        self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET, memory=c.memory,
                            table_key_bits=min(self.tables.key_bits))
         self._last_evict = 0.0
         self.evicted_total = 0
@@ -247,6 +247,10 @@ class Deduplicator:
 
     def disk_bytes(self) -> int:
         return self.index.disk_bytes()
+
+    def memory_stats(self) -> dict[str, int]:
+        """RocksDB's memory budget, block cache usage and hit/miss counts (see :meth:`Index.memory_stats`)."""
+        return self.index.memory_stats()
 
     def close(self) -> None:
         self.index.close()

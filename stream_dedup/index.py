@@ -46,18 +46,9 @@ from pathlib import Path
 import mmh3
 import numpy as np
 import orjson
-from rocksdict import (
-    BlockBasedOptions,
-    Cache,
-    MemtableFactory,
-    Options,
-    Rdict,
-    ReadOptions,
-    SliceTransform,
-    WriteBatch,
-    WriteOptions,
-)
+from rocksdict import MemtableFactory, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from .index_options import MemoryBudget, cache_counts
 from .kernels import equal_counts
 
 _U64 = struct.Struct(">Q")
@@ -140,46 +131,27 @@ def _id_key(article_id: str) -> bytes:
     return b"I" + mmh3.hash64(raw, _ID_SEED, signed=False)[0].to_bytes(8, "big") + raw
 
 
-def _table_options(cache: Cache, prefix: int | None, memtable: MemtableFactory | None) -> Options:
-    opts = Options(raw_mode=True)
-    table = BlockBasedOptions()
-    table.set_bloom_filter(10, False)          # absent keys (most ids, buckets) skip SST reads
-    table.set_block_cache(cache)
-    table.set_cache_index_and_filter_blocks(True)
-    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-    opts.set_block_based_table_factory(table)
-    opts.set_write_buffer_size(64 << 20)
-    if prefix is not None:
-        # (no memtable prefix bloom: the hash memtables answer an absent prefix from their bucket
-        # array, and keeping the bloom up to date cost ~6 us per article of ~50 keys, measured)
-        opts.set_prefix_extractor(SliceTransform.create_max_len_prefix(prefix))
-    if memtable is not None:
-        opts.set_memtable_factory(memtable)
-    return opts
-
-
 class Index:
     """Key layout and primitive operations; the decision logic lives in :mod:`stream_dedup.engine`."""
 
     def __init__(self, path: str | Path, num_perm: int, settings: dict, max_bucket: int = 256,
-                 cache_bytes: int = 64 << 20, durable_writes: bool = True, table_key_bits: int = 24) -> None:
-        """``table_key_bits``: the fewest key bits of any SimHash table (probes agree on at least those)."""
+                 memory: int = 2 << 30, durable_writes: bool = True, table_key_bits: int = 24) -> None:
+        """``memory``: RocksDB's budget in bytes (block cache, filters and memtables; see
+        :mod:`stream_dedup.index_options`). ``table_key_bits``: the fewest key bits of any SimHash
+        table (probes agree on at least those)."""
         self.path = Path(path)
         self.max_bucket = max_bucket
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
         # whole bytes of the permuted fingerprint that every probe's key covers
         self.table_prefix_bits = min(_MAX_TABLE_PREFIX_BITS, table_key_bits) // 8 * 8
-        cache = Cache(cache_bytes)
-        opts = _table_options(cache, None, None)
-        opts.create_if_missing(True)
-        opts.create_missing_column_families(True)
-        opts.increase_parallelism(max(1, min(4, os.cpu_count() or 1)))
-        opts.set_allow_concurrent_memtable_write(False)  # required by the hash memtables (one writer)
+        self.budget = budget = MemoryBudget(memory)
+        opts = self._opts = budget.db_options()
         families = {
-            _POINTS: _table_options(cache, _POINT_PREFIX, MemtableFactory.hash_link_list(1 << 20)),
-            _SIMHASH: _table_options(cache, 1 + self.table_prefix_bits // 8, MemtableFactory.hash_skip_list(1 << 20, 4, 4)),
-            _TIME: _table_options(cache, None, None),
+            _POINTS: budget.table_options(_POINT_PREFIX, MemtableFactory.hash_link_list(budget.hash_buckets)),
+            _SIMHASH: budget.table_options(1 + self.table_prefix_bits // 8,
+                                           MemtableFactory.hash_skip_list(budget.hash_buckets, 4, 4)),
+            _TIME: budget.table_options(),
         }
         self.db = Rdict(str(self.path), opts, column_families=families)
         self._points = self.db.get_column_family(_POINTS)
@@ -210,6 +182,15 @@ class Index:
             raise ValueError(
                 f"the index in {self.path} was built with different settings ({stored.decode()}); "
                 f"this run needs {wanted.decode()}. Use another --state directory or the original settings.")
+
+    def memory_stats(self) -> dict[str, int]:
+        """The memory budget, the block cache's usage (memtables charged to it included) and its
+        hit and miss counts since the index was opened."""
+        hits, misses = cache_counts(self._opts.get_statistics())
+        return {"memory_budget_bytes": self.budget.memory, "block_cache_usage_bytes": self.budget.cache.get_usage(),
+                "block_cache_pinned_bytes": self.budget.cache.get_pinned_usage(),
+                "memtable_bytes": self.budget.write_buffers.get_usage(),
+                "block_cache_hits": hits, "block_cache_misses": misses}
 
     def checkpoint(self, name: str) -> int | None:
         v = self.db.get(b"Mckpt:" + name.encode())
