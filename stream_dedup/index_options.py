@@ -13,6 +13,7 @@ block cache capacity        M (memtables are charged to it, so they take part of
 all memtables together      M / 4 (a flush starts when they reach it)
 one memtable (per family)   min(64 MB, M / 16)
 hash buckets of a memtable  one per 64 bytes of it (8 bytes each: 1/8 of the memtable)
+write-ahead log             at most 2 memtables (then the families it holds back flush)
 ==========================  =========================================================
 
 The hash memtables allocate their bucket array up front, so it must be small beside the memtable
@@ -72,6 +73,9 @@ class MemoryBudget:
         opts.create_missing_column_families(True)
         opts.increase_parallelism(max(1, min(4, os.cpu_count() or 1)))
         opts.set_allow_concurrent_memtable_write(False)  # required by the hash memtables (one writer)
+        # the families written rarely (time order, metadata) would otherwise hold every WAL file back:
+        # measured, 350 MB of logs beside 235 MB of tables at 180k articles
+        opts.set_max_total_wal_size(2 * self.write_buffer)
         opts.enable_statistics()
         return opts
 

@@ -74,3 +74,17 @@ def test_metrics_follow_the_memory_stats() -> None:
     assert value("stream_dedup_block_cache_usage_bytes") == 5000
     assert value("stream_dedup_block_cache_lookups_total", {"result": "hit"}) == 150
     assert value("stream_dedup_block_cache_lookups_total", {"result": "miss"}) == 30
+
+
+def test_write_ahead_log_stays_bounded(tmp_path: Path) -> None:
+    """The rarely written families (time order) must not hold every log file back."""
+    budget = MemoryBudget(64 << 20)
+    index = Index(tmp_path, 8, SETTINGS, memory=64 << 20)
+    for i in range(30_000):  # ~15 MB of records, past 2 memtables (8 MB) of log
+        index.insert(article_id=f"a{i}", first_seen=float(i), simhash=i, n_shingles=10, exact=i.to_bytes(16, "big"),
+                     minhash=np.arange(8, dtype=np.uint32) + i, root_id=f"a{i}", decision={"pad": "x" * 400},
+                     bucket_keys=[], buckets=[], permuted=[], index_sketches=False, checkpoint=None)
+    logs = sum(p.stat().st_size for p in tmp_path.glob("*.log"))
+    tables = sum(p.stat().st_size for p in tmp_path.glob("*.sst"))
+    index.close()
+    assert tables > 0 and logs <= 3 * budget.write_buffer, (logs, tables)
