@@ -36,9 +36,9 @@ import numpy as np
 
 from .config import EngineConfig
 from .fingerprint import Fingerprint, Fingerprinter
-from .index import BUCKET, Index, StoredArticle
+from .index import BUCKET, SIGNATURE_BITS, Index, StoredArticle, stored_signature
 from .lsh import Banding, LSHParams, explicit_params, optimal_params
-from .minhash import containment
+from .minhash import bbit_jaccard, containment
 from .record import Article
 from .simhash import PermutedTables, hamming
 
@@ -170,7 +170,7 @@ class Deduplicator:
         permuted: list[int] = []
         has_shingles = fp.n_shingles > 0
         decision: Decision
-        sig = fp.minhash.astype(">u4")  # the stored byte order, converted once for keys, verification, record
+        sig = stored_signature(fp.minhash)  # the stored rows, converted once for keys, verification, record
         exact_seq = self.index.exact_match(fp.exact)
         exact_hit = self.index.article(exact_seq) if exact_seq is not None else None
         if exact_hit is not None:
@@ -289,9 +289,11 @@ class Deduplicator:
         n = fp.n_shingles
         can_contain = n >= c.min_containment_shingles
         best: tuple | None = None
-        for i, (j, (_, simhash, stored_n, _, _)) in enumerate(zip((agree / c.num_perm).tolist(), headers,
-                                                                    strict=True)):
-            cont = containment(j, n, stored_n)
+        # decisions compare the estimates as they are reported (4 decimals): the b-bit correction
+        # (1.5e-5 at 16 bits) then leaves an estimate of exactly 64/128 at 0.5, as it was with 32 bits
+        jaccards = bbit_jaccard(agree, c.num_perm, SIGNATURE_BITS).tolist()
+        for i, (j_raw, (_, simhash, stored_n, _, _)) in enumerate(zip(jaccards, headers, strict=True)):
+            j, cont = round(j_raw, 4), round(containment(j_raw, n, stored_n), 4)
             ham = hamming(fp.simhash, simhash)
             hits = (j >= c.jaccard_threshold, can_contain and cont >= c.containment_threshold,
                     ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
@@ -305,6 +307,6 @@ class Deduplicator:
         _, i, j, cont, ham, hits = best
         methods = tuple(m for m, hit in zip(("minhash", "containment", "simhash"), hits, strict=True) if hit)
         matched_id, root_id = self.index.ids(raw[i])
-        return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=round(j, 4),
-                        method=methods[0], hamming_distance=ham, containment=round(cont, 4),
+        return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=j,
+                        method=methods[0], hamming_distance=ham, containment=cont,
                         matched_id=matched_id, methods=methods, candidates=len(found))

@@ -27,7 +27,8 @@ has a plain skip list to itself. SST files use bloom filters, so absent keys ski
 lists its members (at most ``max_bucket`` of them, the newest kept), so all bands of a signature
 are looked up in one multi-get; the article's own write appends to the values just read (the
 index has a single writer). The article record packs first-seen time, SimHash, set size, exact
-hash, the MinHash signature (uint32 BE), the article id and its cluster root id (length-prefixed
+hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b-bit minwise hashing,
+see :func:`stored_signature`), the article id and its cluster root id (length-prefixed
 UTF-8), and the decision first returned for it as JSON (replayed verbatim when the id comes again).
 
 All writes for one article go in one ``WriteBatch`` across families: a crash leaves an article
@@ -59,7 +60,9 @@ _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, e
 _LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
-_SCHEMA = 3
+_SCHEMA = 4             # 4: 16-bit signature rows and LSH bucket keys (3: 32-bit)
+SIGNATURE_BITS = 16     # bits kept of each MinHash row in the index (b-bit minwise hashing)
+_SIG_DTYPE = np.dtype(">u2")
 _POINTS, _SIMHASH, _TIME = "points", "simhash", "time"
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
@@ -99,13 +102,13 @@ def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool
     aid = article_id.encode("utf-8", "surrogatepass")
     rid = root_id.encode("utf-8", "surrogatepass")
     return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
-                     minhash.astype(">u4", copy=False).tobytes(), _LENGTHS.pack(len(aid), len(rid)), aid, rid,
+                     stored_signature(minhash).tobytes(), _LENGTHS.pack(len(aid), len(rid)), aid, rid,
                      orjson.dumps(decision)))
 
 
 def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
     """(article id, cluster root id, offset of the decision JSON) of a packed record."""
-    pos = _RECORD.size + 4 * num_perm
+    pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
     id_len, root_len = _LENGTHS.unpack_from(value, pos)
     pos += _LENGTHS.size
     end = pos + id_len + root_len
@@ -115,10 +118,21 @@ def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
 
 def _unpack_record(seq: int, value: bytes, num_perm: int) -> StoredArticle:
     first_seen, simhash, n, flags, exact = _RECORD.unpack_from(value)
-    sig = np.frombuffer(value, dtype=">u4", count=num_perm, offset=_RECORD.size).astype(np.uint32)
+    sig = np.frombuffer(value, dtype=_SIG_DTYPE, count=num_perm, offset=_RECORD.size).copy()
     article_id, root_id, decision_at = _record_ids(value, num_perm)
     return StoredArticle(seq, article_id, root_id, first_seen, simhash, n, exact,
                          bool(flags & FLAG_INDEXED), sig, value[decision_at:])
+
+
+def stored_signature(minhash: np.ndarray) -> np.ndarray:
+    """The signature as the index keeps it: the low 16 bits of each row, big-endian (no copy if it is).
+
+    Li & Koenig's b-bit minwise hashing: two rows agree by accident with probability 2^-b when
+    their minima differ, so the Jaccard estimate is corrected (:func:`stream_dedup.minhash.bbit_jaccard`);
+    at b = 16 that is 1.5e-5, and the stored signature takes 256 bytes instead of 512. LSH bucket
+    keys are made of these rows too, so an evicted article's buckets can be found from its record.
+    """
+    return minhash if minhash.dtype == _SIG_DTYPE else minhash.astype(_SIG_DTYPE)
 
 
 def _u64(n: int) -> bytes:
@@ -179,6 +193,12 @@ class Index:
             self.db.put(b"Msettings", wanted)
         elif stored != wanted:
             self.close()
+            schema = json.loads(stored).get("schema")
+            if schema != _SCHEMA:
+                raise ValueError(
+                    f"the index in {self.path} is in format {schema} (an older stream-dedup); this version reads "
+                    f"format {_SCHEMA} ({SIGNATURE_BITS}-bit signatures) and cannot convert it. Rebuild the index "
+                    f"in a new --state directory (or delete {self.path}).")
             raise ValueError(
                 f"the index in {self.path} was built with different settings ({stored.decode()}); "
                 f"this run needs {wanted.decode()}. Use another --state directory or the original settings.")
@@ -232,7 +252,7 @@ class Index:
     def compare(self, seqs: list[int], minhash: np.ndarray) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
         """Candidates' agreement with ``minhash`` without decoding whole records.
 
-        ``minhash`` is any uint32 array (a big-endian one, as stored, is compared without a copy).
+        ``minhash`` is the full signature or its :func:`stored_signature` (compared without a copy).
 
         Returns the seqs still indexed, per candidate the number of equal signature rows, its record
         header ``(first_seen, simhash, n_shingles, flags, exact)``, and the raw records (read the ids
@@ -242,11 +262,11 @@ class Index:
         found = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
         if not found:
             return [], np.zeros(0, dtype=np.int64), [], []
-        start, end = _RECORD.size, _RECORD.size + 4 * self.num_perm
+        start, end = _RECORD.size, _RECORD.size + _SIG_DTYPE.itemsize * self.num_perm
         raw = [v for _, v in found]
         # compare the stored big-endian rows as native words with the query in the same byte order
-        sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint32)
-        agree = equal_counts(sigs, minhash.astype(">u4", copy=False).view(np.uint32))
+        sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint16)
+        agree = equal_counts(sigs, stored_signature(minhash).view(np.uint16))
         unpack = _RECORD.unpack_from
         return [s for s, _ in found], agree, [unpack(v) for v in raw], raw
 
