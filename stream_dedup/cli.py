@@ -172,7 +172,7 @@ class StatsLines:
     """``--stats-every N``: one JSON line on stderr per N input lines, for benchmarks and monitoring.
 
     Fields: ``lines`` and ``seconds`` so far, ``chunk_records_per_second`` over the last chunk,
-    ``rss_bytes``, ``index_articles``, ``index_bytes`` (on disk), ``memory_budget_bytes``,
+    ``cpu_seconds`` of the process since the clock started (RocksDB's compaction threads included), ``rss_bytes``, ``index_articles``, ``index_bytes`` (on disk), ``memory_budget_bytes``,
     ``block_cache_usage_bytes`` and ``block_cache_hit_rate`` over the chunk.
     """
 
@@ -180,6 +180,7 @@ class StatsLines:
         self.dedup = dedup
         self.last = (t0, 0, 0, 0)  # time, lines, cache hits, cache misses
         self.t0 = t0
+        self.cpu0 = sum(os.times()[:2])
 
     def emit(self, summary: Summary) -> None:
         now = time.perf_counter()
@@ -188,6 +189,7 @@ class StatsLines:
         dh, dm = mem["block_cache_hits"] - hits, mem["block_cache_misses"] - misses
         line = {"stats": "chunk", "lines": summary.lines, "seconds": round(now - self.t0, 3),
                 "chunk_records_per_second": round((summary.lines - lines) / max(now - t, 1e-9), 1),
+                "cpu_seconds": round(sum(os.times()[:2]) - self.cpu0, 2),
                 "rss_bytes": rss_bytes(), "index_articles": len(self.dedup), "index_bytes": self.dedup.disk_bytes(),
                 "memory_budget_bytes": mem["memory_budget_bytes"],
                 "block_cache_usage_bytes": mem["block_cache_usage_bytes"],

@@ -356,7 +356,7 @@ def test_stats_every_prints_json_lines_and_keeps_the_events(tmp_path: Path, caps
     assert [s["lines"] for s in stats] == [100, 200, 250]   # every 100 lines, and the last partial chunk
     assert [s["index_articles"] for s in stats] == [100, 200, 250]
     assert all(s["memory_budget_bytes"] == 256 << 20 and s["chunk_records_per_second"] > 0 for s in stats)
-    assert all(s["rss_bytes"] > 10 << 20 and s["index_bytes"] > 0 for s in stats)
+    assert all(s["rss_bytes"] > 10 << 20 and s["index_bytes"] > 0 and s["cpu_seconds"] > 0 for s in stats)
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
 
 
