@@ -78,13 +78,28 @@ class Decision:
             event.update(self.extra)
         return event
 
+    def to_stored(self) -> list[Any]:
+        """The compact form the index keeps (replayed for a repeated id): the event's values in
+        ``_STORED_FIELDS`` order, without the keys, the id (the record has it) and ``seen_before``."""
+        return [getattr(self, f) for f in _STORED_FIELDS]
+
     @classmethod
-    def from_stored(cls, stored: dict[str, Any]) -> Decision:
-        data = dict(stored)
+    def from_stored(cls, stored: dict[str, Any] | list[Any], article_id: str | None = None) -> Decision:
+        """The decision first returned, ``seen_before`` set: from :meth:`to_stored` with the article's
+        id, or from an event dict."""
+        if isinstance(stored, list):
+            data = dict(zip(_STORED_FIELDS, stored, strict=True))
+            data["id"] = article_id
+        else:
+            data = dict(stored)
         data["methods"] = tuple(data.get("methods", ()))
         data["seen_before"] = True
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known and k != "extra"})
+
+
+_STORED_FIELDS = ("type", "duplicate_of", "similarity", "method", "hamming_distance", "containment", "matched_id",
+                  "methods", "candidates")
 
 
 def lsh_params(config: EngineConfig) -> LSHParams:
@@ -150,7 +165,7 @@ class Deduplicator:
         """The stored decision of ``article_id`` (``seen_before`` set), or None if it is not indexed."""
         seq = self.index.seq_of(article_id)
         art = self.index.article(seq) if seq is not None else None
-        return None if art is None else Decision.from_stored(art.decision)
+        return None if art is None else Decision.from_stored(art.decision, art.article_id)
 
     def _decide(self, article_id: str, fingerprint: Callable[[], Fingerprint], now: float | None,
                 checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> Decision:
@@ -194,7 +209,7 @@ class Deduplicator:
             decision = self._verify(article_id, fp, sig, sorted(found))
             root_id = decision.duplicate_of if decision.is_duplicate else article_id
         self.index.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
-                          exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_event(),
+                          exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_stored(),
                           bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
                           index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint,
                           receipt=receipt)
@@ -267,7 +282,7 @@ class Deduplicator:
         if checkpoint is not None or receipt is not None:
             self.index.mark(checkpoint, receipt, replayed=True)
         assert art is not None, f"index is missing the record of seq {seq}"
-        return Decision.from_stored(art.decision)
+        return Decision.from_stored(art.decision, art.article_id)
 
     def _maybe_evict(self, now: float) -> None:
         if self.config.retention and now - self._last_evict >= EVICT_EVERY_SECONDS:

@@ -29,7 +29,8 @@ are looked up in one multi-get; the article's own write appends to the values ju
 index has a single writer). The article record packs first-seen time, SimHash, set size, exact
 hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b-bit minwise hashing,
 see :func:`stored_signature`), the article id and its cluster root id (length-prefixed
-UTF-8), and the decision first returned for it as JSON (replayed verbatim when the id comes again).
+UTF-8), and the decision first returned for it as JSON (the engine stores a compact list, replayed
+when the id comes again).
 
 All writes for one article go in one ``WriteBatch`` across families: a crash leaves an article
 either fully indexed or absent.
@@ -92,13 +93,13 @@ class StoredArticle:
     decision_json: bytes
 
     @property
-    def decision(self) -> dict:
+    def decision(self) -> dict | list:
         """The decision first returned for this article (parsed on demand: only replays need it)."""
         return orjson.loads(self.decision_json)
 
 
 def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes,
-                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict) -> bytes:
+                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list) -> bytes:
     aid = article_id.encode("utf-8", "surrogatepass")
     rid = root_id.encode("utf-8", "surrogatepass")
     return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
@@ -313,7 +314,7 @@ class Index:
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, article_id: str, first_seen: float, simhash: int, n_shingles: int, exact: bytes,
-               minhash: np.ndarray, root_id: str, decision: dict, bucket_keys: list[bytes],
+               minhash: np.ndarray, root_id: str, decision: dict | list, bucket_keys: list[bytes],
                buckets: list[bytes | None], permuted: list[int], index_sketches: bool,
                checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> int:
         """Index one article.
