@@ -112,9 +112,9 @@ class EngineConfig:
     seed: int = _opt(1, "Seed of every hash function. Changing it invalidates an existing index.")
     memory: int = _opt(
         2 << 30, "Memory for the index (RocksDB block cache, bloom filters and index blocks, memtables: one "
-        "budget), e.g. 512MB, 2GB. The process needs about 100 MB more. The default is sized for an index of "
-        "about 1,000,000 articles (see Performance); with less than its working set the rate falls as the "
-        "index grows.",
+        "budget), e.g. 512MB, 2GB. The process needs about 0.7 GB more. The default kept the rate from collapsing "
+        "up to 1,000,000 articles (README: Measured quality and speed); below the index's working set the rate "
+        "falls as the index grows.",
         parse=parse_size, show=format_size)
     id_field: str = _opt("id", "Input field that holds the article id.")
     text_field: str = _opt("text", "Input field that holds plain text.")
