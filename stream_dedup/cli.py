@@ -157,6 +157,47 @@ class Progress:
             self.bar.close()
 
 
+def rss_bytes() -> int:
+    """Resident set size of this process now (Linux /proc; elsewhere the peak)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class StatsLines:
+    """``--stats-every N``: one JSON line on stderr per N input lines, for benchmarks and monitoring.
+
+    Fields: ``lines`` and ``seconds`` so far, ``chunk_records_per_second`` over the last chunk,
+    ``cpu_seconds`` of the process since the clock started (RocksDB's compaction threads included), ``rss_bytes``, ``index_articles``, ``index_bytes`` (on disk), ``memory_budget_bytes``,
+    ``block_cache_usage_bytes`` and ``block_cache_hit_rate`` over the chunk.
+    """
+
+    def __init__(self, dedup: Deduplicator, t0: float) -> None:
+        self.dedup = dedup
+        self.last = (t0, 0, 0, 0)  # time, lines, cache hits, cache misses
+        self.t0 = t0
+        self.cpu0 = sum(os.times()[:2])
+
+    def emit(self, summary: Summary) -> None:
+        now = time.perf_counter()
+        t, lines, hits, misses = self.last
+        mem = self.dedup.memory_stats()
+        dh, dm = mem["block_cache_hits"] - hits, mem["block_cache_misses"] - misses
+        line = {"stats": "chunk", "lines": summary.lines, "seconds": round(now - self.t0, 3),
+                "chunk_records_per_second": round((summary.lines - lines) / max(now - t, 1e-9), 1),
+                "cpu_seconds": round(sum(os.times()[:2]) - self.cpu0, 2),
+                "rss_bytes": rss_bytes(), "index_articles": len(self.dedup), "index_bytes": self.dedup.disk_bytes(),
+                "memory_budget_bytes": mem["memory_budget_bytes"],
+                "block_cache_usage_bytes": mem["block_cache_usage_bytes"],
+                "block_cache_hit_rate": round(dh / (dh + dm), 4) if dh + dm else None}
+        print(json.dumps(line), file=sys.stderr, flush=True)
+        self.last = (time.perf_counter(), summary.lines, mem["block_cache_hits"], mem["block_cache_misses"])
+
+
 def _check_writable(flag: str, path_text: str) -> Path:
     """Refuse an output path that cannot be written, before anything is opened or truncated."""
     path = Path(path_text)
@@ -258,6 +299,8 @@ def run_dedup(args: argparse.Namespace) -> int:
         _check_writable(flag, value)
         if args.input != "-" and _same_file(value, args.input):
             raise UsageError(f"{flag} {value}: is the input file")
+    if args.stats_every < 0:
+        raise UsageError(f"--stats-every {args.stats_every}: must be >= 0")
     if args.report and not args.report.endswith((".html", ".htm", ".png")):
         raise UsageError(f"--report {args.report}: give a .html or .png file name")
 
@@ -304,6 +347,7 @@ def run_dedup(args: argparse.Namespace) -> int:
         dedup.fingerprint(Article(id="warm-up", text="stream-dedup loads its compiled kernels once per process"))
         summary.kernel_seconds = time.perf_counter() - t_load
         t0 = time.perf_counter()
+        stats = StatsLines(dedup, t0) if args.stats_every else None
         lineno = 0
         out_name = "stdout" if args.out == "-" else args.out
         target = out_name  # the file written last, named if writing fails
@@ -348,6 +392,8 @@ def run_dedup(args: argparse.Namespace) -> int:
                             out.write(event + "\n")
                     summary.last_line = lineno
                     progress.update(summary, nbytes)
+                    if stats is not None and summary.lines % args.stats_every == 0:
+                        stats.emit(summary)
                     signals.busy = False
                     if signals.received is not None:
                         raise Interrupted()
@@ -369,6 +415,8 @@ def run_dedup(args: argparse.Namespace) -> int:
         except OSError as exc:  # a full disk, an I/O error: one line, and the run stops
             raise RunError(f"cannot write {exc.filename or target}: {exc.strerror or exc} (at input line "
                            f"{lineno:,}; that output is incomplete)") from None
+        if stats is not None and summary.lines % args.stats_every:
+            stats.emit(summary)  # the last, partial chunk
         _store_checkpoint(dedup, ckpt, summary.last_line)
     # the state is closed (and a temporary one deleted) here
     code = 0
@@ -738,6 +786,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(FILE.png, or FILE.html with the summary table)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress bar and no summary (errors are still printed)")
+    p.add_argument("--stats-every", type=int, default=0, metavar="N",
+                   help="print a JSON line of statistics to stderr every N input lines: records/s over those "
+                        "lines, RSS, index size, memory budget, block cache usage and hit rate (default: never)")
     add_arguments(p, EngineConfig)
     p.set_defaults(func=run_dedup)
 

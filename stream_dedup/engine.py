@@ -36,9 +36,9 @@ import numpy as np
 
 from .config import EngineConfig
 from .fingerprint import Fingerprint, Fingerprinter
-from .index import BUCKET, Index, StoredArticle
+from .index import BUCKET, SIGNATURE_BITS, Index, StoredArticle, stored_signature
 from .lsh import Banding, LSHParams, explicit_params, optimal_params
-from .minhash import containment
+from .minhash import bbit_jaccard, containment
 from .record import Article
 from .simhash import PermutedTables, hamming
 
@@ -78,13 +78,28 @@ class Decision:
             event.update(self.extra)
         return event
 
+    def to_stored(self) -> list[Any]:
+        """The compact form the index keeps (replayed for a repeated id): the event's values in
+        ``_STORED_FIELDS`` order, without the keys, the id (the record has it) and ``seen_before``."""
+        return [getattr(self, f) for f in _STORED_FIELDS]
+
     @classmethod
-    def from_stored(cls, stored: dict[str, Any]) -> Decision:
-        data = dict(stored)
+    def from_stored(cls, stored: dict[str, Any] | list[Any], article_id: str | None = None) -> Decision:
+        """The decision first returned, ``seen_before`` set: from :meth:`to_stored` with the article's
+        id, or from an event dict."""
+        if isinstance(stored, list):
+            data = dict(zip(_STORED_FIELDS, stored, strict=True))
+            data["id"] = article_id
+        else:
+            data = dict(stored)
         data["methods"] = tuple(data.get("methods", ()))
         data["seen_before"] = True
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known and k != "extra"})
+
+
+_STORED_FIELDS = ("type", "duplicate_of", "similarity", "method", "hamming_distance", "containment", "matched_id",
+                  "methods", "candidates")
 
 
 def lsh_params(config: EngineConfig) -> LSHParams:
@@ -107,7 +122,7 @@ class Deduplicator:
                     "char_shingles": c.char_shingles,
                     "bands": self.lsh.bands, "rows": self.lsh.rows, "simhash_k": c.simhash_k,
                     "simhash_blocks": c.simhash_blocks}
-        self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET,
+        self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET, memory=c.memory,
                            table_key_bits=min(self.tables.key_bits))
         self._last_evict = 0.0
         self.evicted_total = 0
@@ -154,7 +169,7 @@ class Deduplicator:
         """The stored decision of ``article_id`` (``seen_before`` set), or None if it is not indexed."""
         seq = self.index.seq_of(article_id)
         art = self.index.article(seq) if seq is not None else None
-        return None if art is None else Decision.from_stored(art.decision)
+        return None if art is None else Decision.from_stored(art.decision, art.article_id)
 
     def _decide(self, article_id: str, fingerprint: Callable[[], Fingerprint], now: float | None,
                 checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> Decision:
@@ -174,7 +189,7 @@ class Deduplicator:
         permuted: list[int] = []
         has_shingles = fp.n_shingles > 0
         decision: Decision
-        sig = fp.minhash.astype(">u4")  # the stored byte order, converted once for keys, verification, record
+        sig = stored_signature(fp.minhash)  # the stored rows, converted once for keys, verification, record
         exact_seq = self.index.exact_match(fp.exact)
         exact_hit = self.index.article(exact_seq) if exact_seq is not None else None
         if exact_hit is not None:
@@ -198,7 +213,7 @@ class Deduplicator:
             decision = self._verify(article_id, fp, sig, sorted(found))
             root_id = decision.duplicate_of if decision.is_duplicate else article_id
         self.index.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
-                          exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_event(),
+                          exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_stored(),
                           bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
                           index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint,
                           receipt=receipt)
@@ -252,6 +267,10 @@ class Deduplicator:
     def disk_bytes(self) -> int:
         return self.index.disk_bytes()
 
+    def memory_stats(self) -> dict[str, int]:
+        """RocksDB's memory budget, block cache usage and hit/miss counts (see :meth:`Index.memory_stats`)."""
+        return self.index.memory_stats()
+
     def close(self) -> None:
         self.index.close()
 
@@ -267,7 +286,7 @@ class Deduplicator:
         if checkpoint is not None or receipt is not None:
             self.index.mark(checkpoint, receipt, replayed=True)
         assert art is not None, f"index is missing the record of seq {seq}"
-        return Decision.from_stored(art.decision)
+        return Decision.from_stored(art.decision, art.article_id)
 
     def _maybe_evict(self, now: float) -> None:
         if self.config.retention and now - self._last_evict >= EVICT_EVERY_SECONDS:
@@ -289,9 +308,11 @@ class Deduplicator:
         n = fp.n_shingles
         can_contain = n >= c.min_containment_shingles
         best: tuple | None = None
-        for i, (j, (_, simhash, stored_n, _, _)) in enumerate(zip((agree / c.num_perm).tolist(), headers,
-                                                                    strict=True)):
-            cont = containment(j, n, stored_n)
+        # decisions compare the estimates as they are reported (4 decimals): the b-bit correction
+        # (1.5e-5 at 16 bits) then leaves an estimate of exactly 64/128 at 0.5, as it was with 32 bits
+        jaccards = bbit_jaccard(agree, c.num_perm, SIGNATURE_BITS).tolist()
+        for i, (j_raw, (_, simhash, stored_n, _, _)) in enumerate(zip(jaccards, headers, strict=True)):
+            j, cont = round(j_raw, 4), round(containment(j_raw, n, stored_n), 4)
             ham = hamming(fp.simhash, simhash)
             hits = (j >= c.jaccard_threshold, can_contain and cont >= c.containment_threshold,
                     ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
@@ -305,6 +326,6 @@ class Deduplicator:
         _, i, j, cont, ham, hits = best
         methods = tuple(m for m, hit in zip(("minhash", "containment", "simhash"), hits, strict=True) if hit)
         matched_id, root_id = self.index.ids(raw[i])
-        return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=round(j, 4),
-                        method=methods[0], hamming_distance=ham, containment=round(cont, 4),
+        return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=j,
+                        method=methods[0], hamming_distance=ham, containment=cont,
                         matched_id=matched_id, methods=methods, candidates=len(found))

@@ -1,6 +1,6 @@
 """The persistent index: LSH buckets, permuted SimHash tables and article records in RocksDB.
 
-One RocksDB (via rocksdict, raw bytes) with four column families. Every integer is big-endian,
+One RocksDB (via rocksdict, raw bytes) with five column families. Every integer is big-endian,
 so byte order is numeric order and a prefix seek is a range scan:
 
 =========  =========================================  ===========================  ====================
@@ -12,6 +12,7 @@ points     ``X`` exact hash(16)                       seq(8)                    
 points     ``B`` band(2) rows(4r)                     seq(8) x n, oldest first     LSH bucket
 simhash    table(1) permuted simhash(8) seq(8)        empty                        permuted tables
 time       first_seen ms(8) seq(8)                    empty                        retention order
+receipts   token (the caller orders it)               offset(8) replayed(1)        delivery receipts
 default    ``M`` name                                 bytes                        state, checkpoints
 =========  =========================================  ===========================  ====================
 
@@ -27,8 +28,10 @@ has a plain skip list to itself. SST files use bloom filters, so absent keys ski
 lists its members (at most ``max_bucket`` of them, the newest kept), so all bands of a signature
 are looked up in one multi-get; the article's own write appends to the values just read (the
 index has a single writer). The article record packs first-seen time, SimHash, set size, exact
-hash, the MinHash signature (uint32 BE), the article id and its cluster root id (length-prefixed
-UTF-8), and the decision first returned for it as JSON (replayed verbatim when the id comes again).
+hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b-bit minwise hashing,
+see :func:`stored_signature`), the article id and its cluster root id (length-prefixed
+UTF-8), and the decision first returned for it as JSON (the engine stores a compact list, replayed
+when the id comes again).
 
 All writes for one article go in one ``WriteBatch`` across families: a crash leaves an article
 either fully indexed or absent.
@@ -46,18 +49,9 @@ from pathlib import Path
 import mmh3
 import numpy as np
 import orjson
-from rocksdict import (
-    BlockBasedOptions,
-    Cache,
-    MemtableFactory,
-    Options,
-    Rdict,
-    ReadOptions,
-    SliceTransform,
-    WriteBatch,
-    WriteOptions,
-)
+from rocksdict import MemtableFactory, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from .index_options import MemoryBudget, cache_counts
 from .kernels import equal_counts
 
 _U64 = struct.Struct(">Q")
@@ -68,7 +62,9 @@ _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, e
 _LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
-_SCHEMA = 4
+_SCHEMA = 5             # 5: ordered delivery receipts in their own family; 4: 16-bit signature rows and LSH bucket keys (3: 32-bit)
+SIGNATURE_BITS = 16     # bits kept of each MinHash row in the index (b-bit minwise hashing)
+_SIG_DTYPE = np.dtype(">u2")
 _POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
@@ -98,23 +94,23 @@ class StoredArticle:
     decision_json: bytes
 
     @property
-    def decision(self) -> dict:
+    def decision(self) -> dict | list:
         """The decision first returned for this article (parsed on demand: only replays need it)."""
         return orjson.loads(self.decision_json)
 
 
 def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes,
-                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict) -> bytes:
+                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list) -> bytes:
     aid = article_id.encode("utf-8", "surrogatepass")
     rid = root_id.encode("utf-8", "surrogatepass")
     return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
-                     minhash.astype(">u4", copy=False).tobytes(), _LENGTHS.pack(len(aid), len(rid)), aid, rid,
+                     stored_signature(minhash).tobytes(), _LENGTHS.pack(len(aid), len(rid)), aid, rid,
                      orjson.dumps(decision)))
 
 
 def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
     """(article id, cluster root id, offset of the decision JSON) of a packed record."""
-    pos = _RECORD.size + 4 * num_perm
+    pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
     id_len, root_len = _LENGTHS.unpack_from(value, pos)
     pos += _LENGTHS.size
     end = pos + id_len + root_len
@@ -124,10 +120,21 @@ def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
 
 def _unpack_record(seq: int, value: bytes, num_perm: int) -> StoredArticle:
     first_seen, simhash, n, flags, exact = _RECORD.unpack_from(value)
-    sig = np.frombuffer(value, dtype=">u4", count=num_perm, offset=_RECORD.size).astype(np.uint32)
+    sig = np.frombuffer(value, dtype=_SIG_DTYPE, count=num_perm, offset=_RECORD.size).copy()
     article_id, root_id, decision_at = _record_ids(value, num_perm)
     return StoredArticle(seq, article_id, root_id, first_seen, simhash, n, exact,
                          bool(flags & FLAG_INDEXED), sig, value[decision_at:])
+
+
+def stored_signature(minhash: np.ndarray) -> np.ndarray:
+    """The signature as the index keeps it: the low 16 bits of each row, big-endian (no copy if it is).
+
+    Li & Koenig's b-bit minwise hashing: two rows agree by accident with probability 2^-b when
+    their minima differ, so the Jaccard estimate is corrected (:func:`stream_dedup.minhash.bbit_jaccard`);
+    at b = 16 that is 1.5e-5, and the stored signature takes 256 bytes instead of 512. LSH bucket
+    keys are made of these rows too, so an evicted article's buckets can be found from its record.
+    """
+    return minhash if minhash.dtype == _SIG_DTYPE else minhash.astype(_SIG_DTYPE)
 
 
 def _u64(n: int) -> bytes:
@@ -140,47 +147,28 @@ def _id_key(article_id: str) -> bytes:
     return b"I" + mmh3.hash64(raw, _ID_SEED, signed=False)[0].to_bytes(8, "big") + raw
 
 
-def _table_options(cache: Cache, prefix: int | None, memtable: MemtableFactory | None) -> Options:
-    opts = Options(raw_mode=True)
-    table = BlockBasedOptions()
-    table.set_bloom_filter(10, False)          # absent keys (most ids, buckets) skip SST reads
-    table.set_block_cache(cache)
-    table.set_cache_index_and_filter_blocks(True)
-    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-    opts.set_block_based_table_factory(table)
-    opts.set_write_buffer_size(64 << 20)
-    if prefix is not None:
-        # (no memtable prefix bloom: the hash memtables answer an absent prefix from their bucket
-        # array, and keeping the bloom up to date cost ~6 us per article of ~50 keys, measured)
-        opts.set_prefix_extractor(SliceTransform.create_max_len_prefix(prefix))
-    if memtable is not None:
-        opts.set_memtable_factory(memtable)
-    return opts
-
-
 class Index:
     """Key layout and primitive operations; the decision logic lives in :mod:`stream_dedup.engine`."""
 
     def __init__(self, path: str | Path, num_perm: int, settings: dict, max_bucket: int = 256,
-                 cache_bytes: int = 64 << 20, durable_writes: bool = True, table_key_bits: int = 24) -> None:
-        """``table_key_bits``: the fewest key bits of any SimHash table (probes agree on at least those)."""
+                 memory: int = 2 << 30, durable_writes: bool = True, table_key_bits: int = 24) -> None:
+        """``memory``: RocksDB's budget in bytes (block cache, filters and memtables; see
+        :mod:`stream_dedup.index_options`). ``table_key_bits``: the fewest key bits of any SimHash
+        table (probes agree on at least those)."""
         self.path = Path(path)
         self.max_bucket = max_bucket
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
         # whole bytes of the permuted fingerprint that every probe's key covers
         self.table_prefix_bits = min(_MAX_TABLE_PREFIX_BITS, table_key_bits) // 8 * 8
-        cache = Cache(cache_bytes)
-        opts = _table_options(cache, None, None)
-        opts.create_if_missing(True)
-        opts.create_missing_column_families(True)
-        opts.increase_parallelism(max(1, min(4, os.cpu_count() or 1)))
-        opts.set_allow_concurrent_memtable_write(False)  # required by the hash memtables (one writer)
+        self.budget = budget = MemoryBudget(memory)
+        opts = self._opts = budget.db_options()
         families = {
-            _POINTS: _table_options(cache, _POINT_PREFIX, MemtableFactory.hash_link_list(1 << 20)),
-            _SIMHASH: _table_options(cache, 1 + self.table_prefix_bits // 8, MemtableFactory.hash_skip_list(1 << 20, 4, 4)),
-            _TIME: _table_options(cache, None, None),
-            _RECEIPTS: _table_options(cache, None, None),  # ordered: a consumer sweeps ranges of them
+            _POINTS: budget.table_options(_POINT_PREFIX, MemtableFactory.hash_link_list(budget.hash_buckets)),
+            _SIMHASH: budget.table_options(1 + self.table_prefix_bits // 8,
+                                           MemtableFactory.hash_skip_list(budget.hash_buckets, 4, 4)),
+            _TIME: budget.table_options(),
+            _RECEIPTS: budget.table_options(),  # ordered: a consumer sweeps ranges of them
         }
         self.db = Rdict(str(self.path), opts, column_families=families)
         self._points = self.db.get_column_family(_POINTS)
@@ -209,9 +197,24 @@ class Index:
             self.db.put(b"Msettings", wanted)
         elif stored != wanted:
             self.close()
+            schema = json.loads(stored).get("schema")
+            if schema != _SCHEMA:
+                raise ValueError(
+                    f"the index in {self.path} is in format {schema} (an older stream-dedup); this version reads "
+                    f"format {_SCHEMA} ({SIGNATURE_BITS}-bit signatures) and cannot convert it. Rebuild the index "
+                    f"in a new --state directory (or delete {self.path}).")
             raise ValueError(
                 f"the index in {self.path} was built with different settings ({stored.decode()}); "
                 f"this run needs {wanted.decode()}. Use another --state directory or the original settings.")
+
+    def memory_stats(self) -> dict[str, int]:
+        """The memory budget, the block cache's usage (memtables charged to it included) and its
+        hit and miss counts since the index was opened."""
+        hits, misses = cache_counts(self._opts.get_statistics())
+        return {"memory_budget_bytes": self.budget.memory, "block_cache_usage_bytes": self.budget.cache.get_usage(),
+                "block_cache_pinned_bytes": self.budget.cache.get_pinned_usage(),
+                "memtable_bytes": self.budget.write_buffers.get_usage(),
+                "block_cache_hits": hits, "block_cache_misses": misses}
 
     def checkpoint(self, name: str) -> int | None:
         v = self.db.get(b"Mckpt:" + name.encode())
@@ -253,7 +256,7 @@ class Index:
     def compare(self, seqs: list[int], minhash: np.ndarray) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
         """Candidates' agreement with ``minhash`` without decoding whole records.
 
-        ``minhash`` is any uint32 array (a big-endian one, as stored, is compared without a copy).
+        ``minhash`` is the full signature or its :func:`stored_signature` (compared without a copy).
 
         Returns the seqs still indexed, per candidate the number of equal signature rows, its record
         header ``(first_seen, simhash, n_shingles, flags, exact)``, and the raw records (read the ids
@@ -263,11 +266,11 @@ class Index:
         found = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
         if not found:
             return [], np.zeros(0, dtype=np.int64), [], []
-        start, end = _RECORD.size, _RECORD.size + 4 * self.num_perm
+        start, end = _RECORD.size, _RECORD.size + _SIG_DTYPE.itemsize * self.num_perm
         raw = [v for _, v in found]
         # compare the stored big-endian rows as native words with the query in the same byte order
-        sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint32)
-        agree = equal_counts(sigs, minhash.astype(">u4", copy=False).view(np.uint32))
+        sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint16)
+        agree = equal_counts(sigs, stored_signature(minhash).view(np.uint16))
         unpack = _RECORD.unpack_from
         return [s for s, _ in found], agree, [unpack(v) for v in raw], raw
 
@@ -314,7 +317,7 @@ class Index:
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, article_id: str, first_seen: float, simhash: int, n_shingles: int, exact: bytes,
-               minhash: np.ndarray, root_id: str, decision: dict, bucket_keys: list[bytes],
+               minhash: np.ndarray, root_id: str, decision: dict | list, bucket_keys: list[bytes],
                buckets: list[bytes | None], permuted: list[int], index_sketches: bool,
                checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> int:
         """Index one article.

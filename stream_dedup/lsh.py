@@ -69,31 +69,35 @@ def explicit_params(bands: int, rows: int, threshold: float) -> LSHParams:
 
 
 class Banding:
-    """Turns a uint32 signature into ``bands`` bucket keys.
+    """Turns a signature into ``bands`` bucket keys.
 
-    A key is the band number (u16 BE) followed by the band's r rows themselves (uint32 BE): exact,
-    so two signatures share a bucket iff the band really agrees (no hash collisions to reason about).
+    A key is the band number (u16 BE) followed by the band's r rows themselves, big-endian in the
+    signature's own width (the index passes its 16-bit rows: 6 bytes for r = 3): two signatures
+    share a bucket iff the band really agrees on those bits (no hash collisions to reason about).
     """
 
     def __init__(self, params: LSHParams) -> None:
         self.params = params
         self.bands, self.rows = params.bands, params.rows
-        self._templates: dict[bytes, np.ndarray] = {}
+        self._templates: dict[tuple[bytes, int], np.ndarray] = {}
 
-    def _template(self, prefix: bytes) -> np.ndarray:
-        """uint8[bands, len(prefix) + 2 + 4r] with the prefix and band numbers filled in."""
-        t = self._templates.get(prefix)
+    def _template(self, prefix: bytes, width: int) -> np.ndarray:
+        """uint8[bands, len(prefix) + 2 + width * r] with the prefix and band numbers filled in."""
+        t = self._templates.get((prefix, width))
         if t is None:
-            rows = [prefix + struct.pack(">H", i) + bytes(4 * self.rows) for i in range(self.bands)]
-            t = self._templates[prefix] = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(self.bands, -1)
+            rows = [prefix + struct.pack(">H", i) + bytes(width * self.rows) for i in range(self.bands)]
+            t = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(self.bands, -1)
+            self._templates[(prefix, width)] = t
         return t
 
-    def keys(self, sig32: np.ndarray, prefix: bytes = b"") -> list[bytes]:
-        """One key per band: ``prefix || band (u16 BE) || rows (r x uint32 BE)``.
+    def keys(self, sig: np.ndarray, prefix: bytes = b"") -> list[bytes]:
+        """One key per band: ``prefix || band (u16 BE) || rows (r values, BE, in sig's width)``.
 
-        ``sig32`` is any uint32 array; a big-endian one (``astype(">u4")``) is used without a copy.
+        ``sig`` is any unsigned integer array; a big-endian one is used without a copy.
         """
-        out = self._template(prefix).copy()
+        width = sig.dtype.itemsize
+        out = self._template(prefix, width).copy()
         n = self.bands * self.rows
-        out[:, len(prefix) + 2:] = sig32[:n].astype(">u4", copy=False).view(np.uint8).reshape(self.bands, 4 * self.rows)
+        be = sig[:n].astype(sig.dtype.newbyteorder(">"), copy=False)
+        out[:, len(prefix) + 2:] = be.view(np.uint8).reshape(self.bands, width * self.rows)
         return out.view(f"V{out.shape[1]}").ravel().tolist()  # one bytes object per row, in one call

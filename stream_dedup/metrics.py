@@ -67,8 +67,28 @@ class Metrics:
         self.decision_stage_restarts = Counter(
             "stream_dedup_decision_stage_restarts", "Times the worker restarted its decision stage process "
             "(it exited: a crash, or a fatal Kafka client error such as a fenced consumer).", registry=r)
+        self.memory_budget = Gauge(
+            "stream_dedup_memory_budget_bytes", "The index's memory budget (--memory): RocksDB block cache, "
+            "filters, index blocks and memtables.", registry=r)
+        self.block_cache_usage = Gauge(
+            "stream_dedup_block_cache_usage_bytes", "Bytes of the budget in use (cached blocks and the memtables "
+            "charged to the cache).", registry=r)
+        self.block_cache_lookups = Counter(
+            "stream_dedup_block_cache_lookups", "RocksDB block cache lookups, by result (hit | miss); hit rate = "
+            "rate(hit) / rate(hit + miss).", ["result"], registry=r)
+        self._cache_seen = {"hit": 0, "miss": 0}
         self.ready = Gauge(
             "stream_dedup_ready", "1 when the worker has its partitions assigned and its index open.", registry=r)
+
+    def observe_memory(self, stats: dict[str, int]) -> None:
+        """Set the memory gauges from :meth:`Deduplicator.memory_stats` (counters advance by the change)."""
+        self.memory_budget.set(stats["memory_budget_bytes"])
+        self.block_cache_usage.set(stats["block_cache_usage_bytes"])
+        for result, key in (("hit", "block_cache_hits"), ("miss", "block_cache_misses")):
+            total = stats[key]
+            if total > self._cache_seen[result]:  # a reopened index counts from 0 again
+                self.block_cache_lookups.labels(result=result).inc(total - self._cache_seen[result])
+            self._cache_seen[result] = total
 
 
 def exported_metric_names(metrics: Metrics | None = None) -> set[str]:

@@ -92,6 +92,16 @@ def jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
     return float(np.count_nonzero(sig_a == sig_b)) / sig_a.shape[0]
 
 
+def bbit_jaccard(matches: np.ndarray, num_perm: int, bits: int) -> np.ndarray:
+    """Jaccard estimates from the agreeing rows of b-bit signatures (Li & Koenig, b-bit minwise hashing).
+
+    Rows whose minima differ still agree on their low b bits with probability 2^-b, so
+    P(agree) = J + (1 - J) 2^-b and J = (P - 2^-b) / (1 - 2^-b), clipped at 0.
+    """
+    chance = 2.0 ** -bits
+    return np.maximum(0.0, (matches / num_perm - chance) / (1.0 - chance))
+
+
 def containment(jaccard_ab: float, size_a: int, size_b: int) -> float:
     """Estimated containment |A ∩ B| / |A| from a Jaccard estimate and the set sizes.
 

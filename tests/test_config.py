@@ -17,7 +17,9 @@ from stream_dedup.config import (
     flag_name,
     load,
     markdown_table,
+    format_size,
     parse_duration,
+    parse_size,
     redacted,
 )
 
@@ -107,6 +109,32 @@ def test_parse_duration(text: str | int | float, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
+@pytest.mark.parametrize(("text", "size"), [
+    ("512MB", 512 << 20), ("2GB", 2 << 30), ("2 gb", 2 << 30), ("1.5G", 3 << 29), ("64mib", 64 << 20),
+    ("1048576", 1 << 20), ("100k", 100 << 10), (4096, 4096)])
+def test_parse_size(text: str | int, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad", ["", "lots", "2 PB", "-1GB", "1e9", "GB"])
+def test_parse_size_rejects(bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid size"):
+        parse_size(bad)
+
+
+def test_format_size_round_trips() -> None:
+    for n in (2 << 30, 512 << 20, 1536 << 20, 100 << 10, 12345):
+        assert parse_size(format_size(n)) == n
+    assert (format_size(2 << 30), format_size(1536 << 20)) == ("2GB", "1536MB")
+
+
+def test_memory_from_environment_and_flag() -> None:
+    assert load(EngineConfig, {}, environ={"STREAM_DEDUP_MEMORY": "512MB"}).memory == 512 << 20
+    assert load(EngineConfig, {"memory": "1GB"}, environ={"STREAM_DEDUP_MEMORY": "512MB"}).memory == 1 << 30
+    with pytest.raises(ValueError, match="memory must be >= 32MB"):
+        load(EngineConfig, {"memory": "16MB"}, environ={})
+
+
 @pytest.mark.parametrize("off", [None, "", "  ", "0", "off", "OFF", "none", "never", 0, 0.0, -5])
 def test_parse_duration_off(off: str | int | None) -> None:
     assert parse_duration(off) is None
@@ -193,7 +221,11 @@ def test_markdown_table_covers_every_field() -> None:
         assert line.startswith(f"| `{flag}` | `{env_name(f)}` |")
         assert f.metadata["help"] in line
         if f.default not in (None, ""):
-            assert f"`{f.default}`" in line
+            show = f.metadata.get("show")
+            shown = show(f.default) if show else f.default
+            assert f"`{shown}`" in line
+            if show:  # the table shows the default as a user writes it, and it parses back
+                assert f.metadata["parse"](shown) == f.default
     assert table.count("`--sasl-password`") == 1
 
 

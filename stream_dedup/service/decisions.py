@@ -663,6 +663,7 @@ class DecisionStage:
             try:
                 self.metrics.index_articles.set(len(self.dedup))
                 self.metrics.index_size_bytes.set(self.dedup.disk_bytes())
+                self.metrics.observe_memory(self.dedup.memory_stats())
                 if self.owned and self.committed is not None:
                     _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), cached=True)
                     if high >= 0:

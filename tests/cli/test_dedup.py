@@ -343,3 +343,27 @@ def test_parse_errors_are_record_errors() -> None:
         if kind != "blank":
             with pytest.raises(RecordError):
                 parse_record(raw, EngineConfig(max_text_bytes=MAX_TEXT) if kind == "too_large" else config)
+
+
+def test_stats_every_prints_json_lines_and_keeps_the_events(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = stream_lines(250)
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b"\n".join(lines) + b"\n")
+    assert run(["dedup", str(inp), "--out", str(tmp_path / "a.jsonl"), "--quiet"]) == 0
+    assert run(["dedup", str(inp), "--out", str(tmp_path / "b.jsonl"), "--quiet", "--stats-every", "100",
+                "--memory", "256MB"]) == 0
+    stats = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith('{"stats"')]
+    assert [s["lines"] for s in stats] == [100, 200, 250]   # every 100 lines, and the last partial chunk
+    assert [s["index_articles"] for s in stats] == [100, 200, 250]
+    assert all(s["memory_budget_bytes"] == 256 << 20 and s["chunk_records_per_second"] > 0 for s in stats)
+    assert all(s["rss_bytes"] > 10 << 20 and s["index_bytes"] > 0 and s["cpu_seconds"] > 0 for s in stats)
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize(("value", "message"), [("16MB", "memory must be >= 32MB"), ("lots", "invalid size")])
+def test_bad_memory_is_a_usage_error(value: str, message: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b'{"id": "a", "text": "some text here"}\n')
+    assert run(["dedup", str(inp), "--out", str(tmp_path / "o.jsonl"), "--memory", value]) == 2
+    assert message in capsys.readouterr().err

@@ -239,3 +239,20 @@ def test_state_in_use_by_another_run(small_input: Path, tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert one_line_error(proc).startswith(f"stream-dedup dedup: cannot open the state in {tmp_path / 'st'}: ")
     assert out.read_text() == "keep me\n"
+
+
+def test_state_in_an_older_format_is_refused_in_one_line(small_input: Path, tmp_path: Path) -> None:
+    from rocksdict import Options, Rdict
+
+    state = tmp_path / "state"
+    assert cli("dedup", str(small_input), "--out", str(tmp_path / "a.jsonl"), "--state", str(state), "-q").returncode == 0
+    db = Rdict(str(state), Options(raw_mode=True), column_families={n: Options(raw_mode=True)
+                                                                    for n in Rdict.list_cf(str(state)) if n != "default"})
+    settings = json.loads(db[b"Msettings"])
+    db[b"Msettings"] = json.dumps({**settings, "schema": 3}, sort_keys=True).encode()  # what format 3 stored
+    db.close()
+    proc = cli("dedup", str(small_input), "--out", str(tmp_path / "b.jsonl"), "--state", str(state))
+    assert proc.returncode == 2
+    line = one_line_error(proc)
+    assert "is in format 3" in line and "Rebuild the index in a new --state directory" in line
+    assert not (tmp_path / "b.jsonl").exists()

@@ -36,7 +36,8 @@ FULL_VALUES: dict[str, Any] = {
     "topics": {"input": "news.raw", "new": "news.unique", "duplicates": "news.dups",
                "dlq": "news.dlq", "signatures": "news.signatures"},
     "engine": {"numPerm": 256, "shingleSize": 4, "lshThreshold": 0.35, "jaccardThreshold": 0.6,
-               "containmentThreshold": 0.85, "simhashK": 4, "simhashBlocks": 8, "maxTextBytes": 3000000, "seed": 7, "retention": "14d"},
+               "containmentThreshold": 0.85, "simhashK": 4, "simhashBlocks": 8, "maxTextBytes": 3000000, "seed": 7, "retention": "14d",
+               "memory": "1GB"},
     "logLevel": "DEBUG",
     "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
     "pdb": {"enabled": True},
@@ -202,6 +203,7 @@ def test_values_reach_the_worker_as_settings(full_docs: list[dict]) -> None:
     assert (engine.lsh_threshold, engine.jaccard_threshold, engine.containment_threshold) == (0.35, 0.6, 0.85)
     assert (engine.max_text_bytes, engine.seed, engine.retention) == (3_000_000, 7, 14 * 86400)
     assert engine.min_containment_shingles == 30
+    assert engine.memory == 1 << 30
     assert service.bootstrap_servers == v["kafka"]["bootstrapServers"]
     assert service.app_id == "dedup-prod"
     assert (service.input_topic, service.new_topic, service.duplicates_topic, service.dlq_topic,
@@ -374,6 +376,7 @@ def test_full_values_wire_replicas_and_storage(full_docs: list[dict]) -> None:
     "engine.jaccardThreshold=1.5",
     "engine.lshThreshold=-0.1",
     "engine.retention=forever",
+    "engine.memory=lots",
     "kafka.securityProtocol=SASL",
     "kafka.sasl.mechanism=GSSAPI",
     "kafka.sasl.password=hunter2",

@@ -315,6 +315,11 @@ def test_decision_event_and_replay_form() -> None:
                      "methods": ["minhash", "containment"], "candidates": 3, "seen_before": False, "partition": 2}
     back = Decision.from_stored(event)
     assert back.seen_before and same_decision(back, d)
+    stored = d.to_stored()  # the index's form: values only, no keys, id or seen_before
+    assert stored == ["duplicate-of", "r", 0.8, "minhash", 4, 0.9, "m", ("minhash", "containment"), 3]
+    back = Decision.from_stored(json.loads(json.dumps(stored)), "x")
+    assert back.seen_before and same_decision(back, d)
+    assert back.to_event() == {**{k: v for k, v in event.items() if k != "partition"}, "seen_before": True}
 
 
 def test_lsh_params_of_config() -> None:

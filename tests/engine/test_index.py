@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -47,7 +48,10 @@ def test_record_round_trip(tmp_path: Path) -> None:
     assert (art.seq, art.article_id, art.root_id, art.first_seen, art.simhash, art.n_shingles, art.exact,
             art.indexed, art.decision) == (seq, with_unicode, "root-ü", 1234.5678, 2**64 - 1, 2**32 - 1, b"\x01" * 16,
                                            True, decision)
-    assert art.minhash.dtype == np.uint32 and np.array_equal(art.minhash, sig)
+    # the index keeps the low 16 bits of each row (b-bit minwise hashing), big-endian
+    assert art.minhash.dtype == np.dtype(">u2") and np.array_equal(art.minhash, sig & 0xFFFF)
+    record = idx._points.get(b"A" + seq.to_bytes(8, "big"))
+    assert sig.astype(">u2").tobytes() in record and sig.astype(">u4").tobytes() not in record
     assert idx.seq_of(with_unicode) == seq
     assert idx.exact_match(b"\x01" * 16) == seq
     assert idx.article(seq + 1) is None
@@ -184,6 +188,17 @@ def test_settings_mismatch_is_refused_and_releases_the_db(tmp_path: Path) -> Non
     idx = open_index(tmp_path)  # the failed open closed the database again
     assert idx.count == 1
     idx.close()
+
+
+def test_an_index_in_the_old_format_is_refused_in_one_line(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    add(idx, 0)
+    stored = json.loads(idx.db.get(b"Msettings"))
+    idx.db.put(b"Msettings", json.dumps({**stored, "schema": 3}, sort_keys=True).encode())  # as format 3 wrote it
+    idx.close()
+    with pytest.raises(ValueError, match=r"is in format 3 .*reads format 5 \(16-bit signatures\).*Rebuild") as err:
+        open_index(tmp_path)
+    assert "\n" not in str(err.value)
 
 
 def test_non_durable_writes_and_disk_bytes(tmp_path: Path) -> None:

@@ -94,6 +94,11 @@ def test_banding_keys_layout() -> None:
     assert banding.keys(other) == keys
     other[3] = 99
     assert banding.keys(other)[1] != keys[1] and banding.keys(other)[0] == keys[0]
+    # rows keep the signature's width: 16-bit rows (as the index stores them) make 2-byte rows
+    assert banding.keys(sig.astype(">u2"), b"B") == [b"B" + struct.pack(">HHH", 0, 1, 2),
+                                                     b"B" + struct.pack(">HHH", 1, 3, 4),
+                                                     b"B" + struct.pack(">HHH", 2, 5, 6)]
+    assert banding.keys(sig.astype("<u2")) == banding.keys(sig.astype(">u2"))
 
 
 # ------------------------------------------------------------------------------- the S-curve claim

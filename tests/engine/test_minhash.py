@@ -12,6 +12,7 @@ from stream_dedup.kernels import minhash_signature
 from stream_dedup.minhash import (
     MERSENNE_61,
     MinHasher,
+    bbit_jaccard,
     containment,
     jaccard,
     permutations,
@@ -176,6 +177,26 @@ def test_jaccard_estimate_is_unbiased() -> None:
     assert abs(float(np.mean(diffs))) < 4 * se
     # and the spread matches the binomial standard error sqrt(J(1-J)/num_perm)
     assert 0.7 < float(np.std(diffs)) / np.sqrt((1 / 3) * (2 / 3) / 128) < 1.3
+
+
+@pytest.mark.parametrize("bits", [4, 8, 16])
+def test_bbit_estimate_corrects_accidental_agreement(bits: int) -> None:
+    """Low-b-bit rows agree by chance with probability 2^-b; the corrected estimate is unbiased and the
+    raw share of agreeing rows is not (most visibly at small b)."""
+    m = MinHasher(128, 7)
+    rng = np.random.default_rng(5)
+    mask = np.uint32((1 << bits) - 1)
+    raw, corrected = [], []
+    for _ in range(200):
+        a, b = _set_pair(rng, 30, 60, 60)  # J = 0.2
+        agree = np.count_nonzero((m.signature32(a) & mask) == (m.signature32(b) & mask))
+        raw.append(agree / 128 - 0.2)
+        corrected.append(float(bbit_jaccard(np.array([agree]), 128, bits)[0]) - 0.2)
+    se = np.sqrt(0.2 * 0.8 / 128 / 200) * 1.2
+    assert abs(float(np.mean(corrected))) < 4 * se
+    if bits == 4:  # chance agreement 1/16 inflates the raw share by (1 - J) / 16 = 0.05
+        assert float(np.mean(raw)) > 0.04
+    assert bbit_jaccard(np.array([128, 0]), 128, bits).tolist() == [1.0, 0.0]  # identical; clipped at 0
 
 
 def test_jaccard_of_identical_and_disjoint() -> None:

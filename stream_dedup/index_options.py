@@ -1,0 +1,89 @@
+"""RocksDB options of the index, sized from one memory budget (``--memory``).
+
+One LRU block cache of ``memory`` bytes holds everything RocksDB keeps in memory that grows with
+the index: data blocks, index and filter blocks (``cache_index_and_filter_blocks``; L0's are pinned)
+and, through a ``WriteBufferManager`` that charges memtable arenas to that cache, the memtables
+too. So the budget bounds RocksDB's memory (the process adds Python, numpy and numba, about
+100 MB), and a run never thrashes a cache smaller than its working set unless the budget says so.
+
+How the budget is split (``memory`` = M):
+
+==========================  =========================================================
+block cache capacity        M (memtables are charged to it, so they take part of it)
+all memtables together      M / 4 (a flush starts when they reach it)
+one memtable (per family)   min(64 MB, M / 16)
+hash buckets of a memtable  one per 64 bytes of it (8 bytes each: 1/8 of the memtable)
+write-ahead log             at most 2 memtables (then the families it holds back flush)
+==========================  =========================================================
+
+The hash memtables allocate their bucket array up front, so it must be small beside the memtable
+budget: else every write would find the memtables over budget and flush them.
+
+Why it matters: every article probes ~50 keys (id, exact hash, 37 LSH buckets, 10 SimHash
+tables), most of them absent, so each probe asks the bloom filter of every SST that may hold
+the key. Once the filters and index blocks no longer fit the cache beside the data blocks,
+probes read them back from the files again and again: the rate collapses (measured with a 64 MB
+cache: ~2,000 records/s falling to ~110/s at 200k articles). ``bench/scale.py`` measures it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from rocksdict import BlockBasedOptions, Cache, MemtableFactory, Options, SliceTransform, WriteBufferManager
+
+MAX_MEMTABLE = 64 << 20
+
+
+class MemoryBudget:
+    """The shared cache and write-buffer manager of one index, and the options built on them."""
+
+    def __init__(self, memory: int) -> None:
+        self.memory = memory
+        self.cache = Cache(memory)
+        self.memtables = memory // 4
+        self.write_buffer = min(MAX_MEMTABLE, memory // 16)
+        self.hash_buckets = self.write_buffer // 64   # 1M buckets for a 64 MB memtable
+        self.write_buffers = WriteBufferManager.new_write_buffer_manager_with_cache(self.memtables, False, self.cache)
+
+    def table_options(self, prefix: int | None = None, memtable: MemtableFactory | None = None) -> Options:
+        """Options of one column family (``prefix``: bytes of its prefix extractor, if any)."""
+        opts = Options(raw_mode=True)
+        table = BlockBasedOptions()
+        table.set_bloom_filter(10, False)          # absent keys (most ids, buckets) skip SST reads
+        table.set_block_cache(self.cache)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        opts.set_block_based_table_factory(table)
+        opts.set_write_buffer_size(self.write_buffer)
+        opts.set_write_buffer_manager(self.write_buffers)
+        if prefix is not None:
+            # (no memtable prefix bloom: the hash memtables answer an absent prefix from their bucket
+            # array, and keeping the bloom up to date cost ~6 us per article of ~50 keys, measured)
+            opts.set_prefix_extractor(SliceTransform.create_max_len_prefix(prefix))
+        if memtable is not None:
+            opts.set_memtable_factory(memtable)
+        return opts
+
+    def db_options(self) -> Options:
+        """Options of the database (and its ``default`` family), with statistics for the hit rate."""
+        opts = self.table_options()
+        opts.create_if_missing(True)
+        opts.create_missing_column_families(True)
+        opts.increase_parallelism(max(1, min(4, os.cpu_count() or 1)))
+        opts.set_allow_concurrent_memtable_write(False)  # required by the hash memtables (one writer)
+        # the families written rarely (time order, metadata) would otherwise hold every WAL file back:
+        # measured, 350 MB of logs beside 235 MB of tables at 180k articles
+        opts.set_max_total_wal_size(2 * self.write_buffer)
+        opts.enable_statistics()
+        return opts
+
+
+_TICKER = re.compile(rb"^(rocksdb\.block\.cache\.(?:hit|miss)) COUNT : (\d+)$", re.M)
+
+
+def cache_counts(statistics: str | None) -> tuple[int, int]:
+    """(block cache hits, misses) from RocksDB's statistics dump (``Options.get_statistics()``)."""
+    found = dict(_TICKER.findall((statistics or "").encode()))
+    return int(found.get(b"rocksdb.block.cache.hit", 0)), int(found.get(b"rocksdb.block.cache.miss", 0))
