@@ -416,7 +416,10 @@ class DecisionStage:
 
     def _new_producer(self) -> Producer:
         conf = {**self.client_conf, "transactional.id": transactional_id(self.service),
-                "linger.ms": 1, "delivery.report.only.error": True,
+                # commit_transaction() sends what lingers at once, so lingering costs no latency; a
+                # short linger woke the sender for every few events and each produce() waited on it
+                # (measured: decision stage 58-61 % of the engine's decide rate with 1 ms, 72 % with 50)
+                "linger.ms": 50, "delivery.report.only.error": True,
                 # right after a commit the coordinator answers CONCURRENT_TRANSACTIONS until the
                 # markers are written; librdkafka's default 100 ms backoff made every
                 # send_offsets_to_transaction take ~90 ms (measured), 5 ms makes it ~2 ms
