@@ -56,6 +56,9 @@ class EngineConfig:
     shingle_size: int = _opt(4, "Word k-shingle length (k); chosen by bench/quality.py.")
     char_shingles: int = _opt(
         0, "Use character k-grams of this length instead of word shingles (0 = word shingles).")
+    fold_diacritics: int = _opt(
+        1, "Fold Latin letters to their base letter before shingling (café = cafe, Łódź = lodz); 0 = keep "
+           "diacritics. Other folding (NFKC, case, homoglyphs, invisible characters) is always on.")
     lsh_threshold: float = _opt(
         0.3, "Similarity at which LSH banding should start proposing candidates (b, r are tuned for it).")
     lsh_bands: int = _opt(0, "LSH bands b (0 = derive b, r from --lsh-threshold).")
@@ -88,6 +91,8 @@ class EngineConfig:
             errors.append("num_perm must be >= 8")
         if self.shingle_size < 1:
             errors.append("shingle_size must be >= 1")
+        if self.fold_diacritics not in (0, 1):
+            errors.append("fold_diacritics must be 0 or 1")
         if self.char_shingles < 0:
             errors.append("char_shingles must be >= 0")
         for name in ("lsh_threshold", "jaccard_threshold", "containment_threshold", "simhash_min_jaccard",

@@ -36,11 +36,13 @@ import numpy as np
 
 from .config import EngineConfig
 from .fingerprint import Fingerprint, Fingerprinter
+from .folding import FOLDING_VERSION
 from .index import BUCKET, Index, StoredArticle
 from .lsh import Banding, LSHParams, explicit_params, optimal_params
 from .minhash import containment
 from .record import Article
 from .simhash import PermutedTables, hamming
+from .text import TOKENIZER_VERSION
 
 MAX_PER_BUCKET = 256          # members kept per LSH bucket (the newest)
 MAX_VERIFY = 1024             # candidates verified per article (SimHash hits first, then LSH; oldest first)
@@ -104,7 +106,8 @@ class Deduplicator:
         self.banding = Banding(self.lsh)
         self.tables = PermutedTables(c.simhash_k, c.simhash_blocks)
         settings = {"num_perm": c.num_perm, "seed": c.seed, "shingle_size": c.shingle_size,
-                    "char_shingles": c.char_shingles,
+                    "char_shingles": c.char_shingles, "folding": FOLDING_VERSION, "tokenizer": TOKENIZER_VERSION,
+                    "fold_diacritics": c.fold_diacritics,
                     "bands": self.lsh.bands, "rows": self.lsh.rows, "simhash_k": c.simhash_k,
                     "simhash_blocks": c.simhash_blocks}
         self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET,

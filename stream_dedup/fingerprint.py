@@ -1,6 +1,6 @@
 """Everything the index needs to know about one article, computed without any state.
 
-text -> (HTML extraction) -> NFKC + casefold -> tokens -> token hashes -> word k-shingle hashes
+text -> (HTML extraction) -> folding (:mod:`stream_dedup.folding`) -> tokens -> token hashes -> word k-shingle hashes
 -> MinHash signature (uint32[num_perm]), 64-bit SimHash, 128-bit exact hash, distinct shingle count.
 
 :class:`Fingerprint` has a compact, versioned byte form (:meth:`Fingerprint.to_bytes`) so a
@@ -20,14 +20,17 @@ import numpy as np
 
 from . import kernels
 from .config import EngineConfig
+from .folding import fold
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
 from .html_text import html_to_text
 from .minhash import MinHasher, signature_numpy
 from .record import Article
 from .simhash import simhash_numpy
-from .text import ascii_equivalent, blank_non_word, char_tokens, has_no_boundary_script, normalize, tokenize
+from .text import ascii_equivalent, blank_non_word, char_tokens, has_no_boundary_script, tokenize
 
-_WIRE_VERSION = 1
+# 2: text folding (stream_dedup.folding) and Hangul per character; a version-1 fingerprint was
+# computed from other tokens, so it is refused rather than compared
+_WIRE_VERSION = 2
 _HEADER = struct.Struct(">BHQI16s")  # version, num_perm, simhash, n_shingles, exact hash
 _M32 = np.uint64(0xFFFFFFFF)
 
@@ -50,7 +53,8 @@ class Fingerprint:
             raise ValueError("fingerprint bytes too short")
         version, num_perm, sim, n, exact = _HEADER.unpack_from(data)
         if version != _WIRE_VERSION:
-            raise ValueError(f"unknown fingerprint version {version}")
+            raise ValueError(f"unknown fingerprint version {version} (this engine reads version {_WIRE_VERSION}: "
+                             "stage-1 workers and the decision stage must run the same release)")
         body = data[_HEADER.size:]
         if len(body) != 4 * num_perm:
             raise ValueError(f"fingerprint has {len(body)} signature bytes, expected {4 * num_perm}")
@@ -71,9 +75,9 @@ class Fingerprinter:
         self.tokens = TokenHasher(config.seed)
         self.minhasher = MinHasher(config.num_perm, config.seed)
 
-    @staticmethod
-    def plain_text(text: str, is_html: bool = False) -> str:
-        return normalize(html_to_text(text) if is_html else text)
+    def plain_text(self, text: str, is_html: bool = False) -> str:
+        """The folded text that is tokenised (:func:`stream_dedup.folding.fold`)."""
+        return fold(html_to_text(text) if is_html else text, bool(self.config.fold_diacritics))
 
     @property
     def shingle_size(self) -> int:
@@ -91,10 +95,10 @@ class Fingerprinter:
         if is_html:
             text = html_to_text(text)
         raw = ascii_equivalent(text)
-        if raw is not None:  # NFKC leaves ASCII unchanged and casefold is lower() there: skip both
+        if raw is not None:  # folding is lower() on ASCII: skip it
             return kernels.token_hashes_utf8(np.frombuffer(raw, dtype=np.uint8), kernels.WORD_BYTES,
                                              self.config.seed)
-        norm = normalize(text)
+        norm = fold(text, bool(self.config.fold_diacritics))
         if norm.isascii():
             buf = norm.encode("ascii")
         else:
