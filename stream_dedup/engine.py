@@ -10,10 +10,14 @@ For each article (already fingerprinted):
 4. **Verification** against each candidate's stored signature:
    ``minhash``      estimated Jaccard >= ``jaccard_threshold``;
    ``containment``  estimated |A ∩ B| / |A| >= ``containment_threshold`` (A = the new article,
-                    trimmed or excerpted copies of B) for articles of at least
-                    ``min_containment_shingles`` shingles;
+                    trimmed or excerpted copies of B: ``direction`` ``new_in_earlier``), or
+                    |A ∩ B| / |B| (B inside a longer page A: ``earlier_in_new``), the contained
+                    article having at least ``min_containment_shingles`` shingles;
    ``simhash``      Hamming distance <= ``simhash_k`` and Jaccard >= ``simhash_min_jaccard``.
    Nothing is called a duplicate on a candidate hit alone.
+   **Short texts** (fewer than ``short_text_words`` words on either side) are compared by
+   ``minhash`` with ``short_text_jaccard`` only (containment and SimHash are noise there), and
+   not at all when it is 1: then only the exact match of step 2 makes them duplicates.
 5. The best verified candidate (highest of its Jaccard / containment scores, earliest on ties)
    names the cluster: ``duplicate_of`` is that cluster's first-seen article.
 
@@ -64,6 +68,7 @@ class Decision:
     methods: tuple[str, ...] = ()
     candidates: int = 0
     seen_before: bool = False
+    direction: str | None = None       # containment matches: "new_in_earlier" or "earlier_in_new"
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -76,6 +81,8 @@ class Decision:
                  "similarity": self.similarity, "method": self.method, "hamming_distance": self.hamming_distance,
                  "containment": self.containment, "matched_id": self.matched_id, "methods": list(self.methods),
                  "candidates": self.candidates, "seen_before": self.seen_before}
+        if self.direction is not None:
+            event["direction"] = self.direction
         if self.extra:
             event.update(self.extra)
         return event
@@ -286,24 +293,54 @@ class Deduplicator:
         if not found:
             return Decision(id=article_id, type="new", candidates=len(seqs))
         n = fp.n_shingles
-        can_contain = n >= c.min_containment_shingles
+        new_short = self._is_short(n)
         best: tuple | None = None
         for i, (j, (_, simhash, stored_n, _, _)) in enumerate(zip((agree / c.num_perm).tolist(), headers,
                                                                     strict=True)):
-            cont = containment(j, n, stored_n)
             ham = hamming(fp.simhash, simhash)
-            hits = (j >= c.jaccard_threshold, can_contain and cont >= c.containment_threshold,
-                    ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
+            if new_short or self._is_short(stored_n):  # short texts: a MinHash match of its own threshold only
+                hits, cont, direction = (c.short_text_jaccard < 1.0 and j >= c.short_text_jaccard, False, False), \
+                    containment(j, n, stored_n), None
+            else:
+                cont, direction = self._containment(j, n, stored_n)
+                hits = (j >= c.jaccard_threshold, direction is not None,
+                        ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
             if not any(hits):
                 continue
             key = (max(j, cont if hits[1] else 0.0), -found[i])  # best score, then the earliest
             if best is None or key > best[0]:
-                best = (key, i, j, cont, ham, hits)
+                best = (key, i, j, cont, ham, hits, direction)
         if best is None:
             return Decision(id=article_id, type="new", candidates=len(found))
-        _, i, j, cont, ham, hits = best
+        _, i, j, cont, ham, hits, direction = best
         methods = tuple(m for m, hit in zip(("minhash", "containment", "simhash"), hits, strict=True) if hit)
         matched_id, root_id = self.index.ids(raw[i])
         return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=round(j, 4),
                         method=methods[0], hamming_distance=ham, containment=round(cont, 4),
-                        matched_id=matched_id, methods=methods, candidates=len(found))
+                        matched_id=matched_id, methods=methods, candidates=len(found), direction=direction)
+
+    def _is_short(self, n_shingles: int) -> bool:
+        """Fewer than ``short_text_words`` words, counted as distinct word shingles + k - 1."""
+        c = self.config
+        return not c.char_shingles and 0 < n_shingles + c.shingle_size - 1 < c.short_text_words
+
+    def _containment(self, j: float, n: int, stored_n: int) -> tuple[float, str | None]:
+        """(containment, direction) of the best containment match in either direction, or
+        (|A∩B|/|A|, None) when neither reaches ``containment_threshold``.
+
+        ``new_in_earlier``: |A∩B|/|A| of the new article A in the earlier B (a trim, an excerpt);
+        ``earlier_in_new``: |A∩B|/|B| (the earlier article inside a longer page), with
+        ``containment_both_ways``. The contained side needs at least ``min_containment_shingles``
+        shingles (new in earlier) or ``min_contained_earlier_shingles`` (earlier in new: a short
+        earlier text, such as a site blurb stored as an article, recurs inside many pages).
+        """
+        c = self.config
+        new_in_earlier = containment(j, n, stored_n)
+        best, direction = new_in_earlier, None
+        if n >= c.min_containment_shingles and new_in_earlier >= c.containment_threshold:
+            direction = "new_in_earlier"
+        if c.containment_both_ways and stored_n >= max(c.min_containment_shingles, c.min_contained_earlier_shingles):
+            earlier_in_new = containment(j, stored_n, n)
+            if earlier_in_new >= c.containment_threshold and (direction is None or earlier_in_new > best):
+                best, direction = earlier_in_new, "earlier_in_new"
+        return best, direction
