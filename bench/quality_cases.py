@@ -18,9 +18,9 @@ Classes (see the README, "Detection quality beyond the dev stream"):
 ``page``      the article inside a page 1-3x its length of site text (navigation, cookie banner,
               related stories, ads, author bio, comments); negatives: a page of the same site around
               another, unseen article.
-``template``  look-alike reports: the article with its identity tokens (numbers, capitalised names)
-              replaced by others (negatives), and same-story corrections with one figure changed
-              (positives).
+``template``  look-alike reports: the article with its identity tokens replaced by others, either
+              every number and capitalised name or only the numbers (the same subject's next
+              report) (negatives), and same-story corrections with one figure changed (positives).
 
 Everything is deterministic in ``seed``.
 """
@@ -219,9 +219,12 @@ def _new_number(rng: random.Random, m: re.Match) -> str:
             return out
 
 
-def relabel(rng: random.Random, text: str, names: list[str]) -> str:
-    """Every number and every capitalised name inside a sentence replaced: another report, same template."""
+def relabel(rng: random.Random, text: str, names: list[str] | None) -> str:
+    """Every number, and every capitalised name inside a sentence unless ``names`` is None, replaced:
+    another report from the same template (with ``names=None``: the same subject, other figures)."""
     text = _NUMBER.sub(lambda m: _new_number(rng, m), text)
+    if names is None:
+        return text
     mapping: dict[str, str] = {}
     return _NAME.sub(lambda m: mapping.setdefault(m.group(0), rng.choice(names)), text)
 
@@ -240,10 +243,11 @@ def make_template(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[li
     picked = rng.sample(pool, n)
     names = sorted({w for a in pool for w in _NAME.findall(a["text"])})
     items = []
-    for a in picked:
+    for k, a in enumerate(picked):
         items.append((_rec(a["id"], a["text"]), {"id": a["id"], "cluster": a["id"], "kind": "original"}))
         oid = f"{a['id']}-tpl-other"
-        items.append((_rec(oid, relabel(rng, a["text"], names)), {"id": oid, "cluster": oid, "kind": "template-other"}))
+        kind, label_names = ("names+figures-other", names) if k % 2 == 0 else ("figures-other", None)
+        items.append((_rec(oid, relabel(rng, a["text"], label_names)), {"id": oid, "cluster": oid, "kind": kind}))
         vid = f"{a['id']}-fix"
         items.append((_rec(vid, correct(rng, a["text"])), {"id": vid, "cluster": a["id"], "kind": "correction"}))
     return _stream(items, rng)

@@ -79,6 +79,12 @@ class EngineConfig:
             "exact normalised text or by --short-text-jaccard, never by containment or SimHash (0 = no rule).")
     short_text_jaccard: float = _opt(
         0.8, "Estimated Jaccard a short text needs with a candidate (1 = exact normalised match only).")
+    identity_threshold: float = _opt(
+        0.5, "A text match is not a duplicate when, among the contexts both articles give an identity token "
+             "(number, capitalised name), fewer than this share hold a same token: a look-alike report, new, "
+             "with template_of (0 = no check).")
+    identity_min_tokens: int = _opt(
+        4, "The identity check needs at least this many contexts in common (else it does not apply).")
     simhash_k: int = _opt(3, "SimHash: fingerprints within this Hamming distance are near-duplicates.")
     simhash_blocks: int = _opt(5, "SimHash permuted tables: split 64 bits into this many blocks (> k).")
     simhash_min_jaccard: float = _opt(
@@ -110,7 +116,7 @@ class EngineConfig:
         if self.char_shingles < 0:
             errors.append("char_shingles must be >= 0")
         for name in ("lsh_threshold", "jaccard_threshold", "containment_threshold", "simhash_min_jaccard",
-                     "index_below_similarity", "short_text_jaccard"):
+                     "index_below_similarity", "short_text_jaccard", "identity_threshold"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 errors.append(f"{name} must be within [0, 1]")
         if (self.lsh_bands > 0) != (self.lsh_rows > 0):

@@ -15,6 +15,9 @@ For each article (already fingerprinted):
                     article having at least ``min_containment_shingles`` shingles;
    ``simhash``      Hamming distance <= ``simhash_k`` and Jaccard >= ``simhash_min_jaccard``.
    Nothing is called a duplicate on a candidate hit alone.
+   **Look-alikes**: a candidate that passes but whose identity tokens (numbers, names; see
+   :mod:`stream_dedup.identity`) overlap less than ``identity_threshold`` is skipped; if no other
+   candidate passes, the article is ``new`` with ``template_of`` naming the look-alike.
    **Short texts** (fewer than ``short_text_words`` words on either side) are compared by
    ``minhash`` with ``short_text_jaccard`` only (containment and SimHash are noise there), and
    not at all when it is 1: then only the exact match of step 2 makes them duplicates.
@@ -43,6 +46,7 @@ from .fingerprint import Fingerprint, Fingerprinter
 from .folding import FOLDING_VERSION
 from .index import BUCKET, Index, StoredArticle
 from .lsh import Banding, LSHParams, explicit_params, optimal_params
+from .identity import agreement
 from .minhash import containment
 from .record import Article
 from .simhash import PermutedTables, hamming
@@ -69,6 +73,8 @@ class Decision:
     candidates: int = 0
     seen_before: bool = False
     direction: str | None = None       # containment matches: "new_in_earlier" or "earlier_in_new"
+    template_of: str | None = None     # new, but a look-alike of this article (identity tokens disagree)
+    identity_overlap: float | None = None  # with template_of: share of identity tokens in common
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -83,6 +89,9 @@ class Decision:
                  "candidates": self.candidates, "seen_before": self.seen_before}
         if self.direction is not None:
             event["direction"] = self.direction
+        if self.template_of is not None:
+            event["template_of"] = self.template_of
+            event["identity_overlap"] = self.identity_overlap
         if self.extra:
             event.update(self.extra)
         return event
@@ -207,7 +216,7 @@ class Deduplicator:
                           exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_event(),
                           bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
                           index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint,
-                          receipt=receipt)
+                          receipt=receipt, identity=fp.identity)
         return decision
 
     def _adds_to_index(self, decision: Decision, has_shingles: bool) -> bool:
@@ -294,7 +303,9 @@ class Deduplicator:
             return Decision(id=article_id, type="new", candidates=len(seqs))
         n = fp.n_shingles
         new_short = self._is_short(n)
+        check_identity = c.identity_threshold > 0 and fp.identity.shape[0] >= c.identity_min_tokens
         best: tuple | None = None
+        template: tuple | None = None
         for i, (j, (_, simhash, stored_n, _, _)) in enumerate(zip((agree / c.num_perm).tolist(), headers,
                                                                     strict=True)):
             ham = hamming(fp.simhash, simhash)
@@ -308,9 +319,19 @@ class Deduplicator:
             if not any(hits):
                 continue
             key = (max(j, cont if hits[1] else 0.0), -found[i])  # best score, then the earliest
+            if check_identity:
+                agreed = agreement(fp.identity, self.index.identity(raw[i]), c.identity_min_tokens)
+                if agreed is not None and agreed < c.identity_threshold:  # a look-alike: other figures, names
+                    if template is None or key > template[0]:
+                        template = (key, i, j, agreed)
+                    continue
             if best is None or key > best[0]:
                 best = (key, i, j, cont, ham, hits, direction)
         if best is None:
+            if template is not None:
+                _, i, j, agreed = template
+                return Decision(id=article_id, type="new", similarity=round(j, 4), candidates=len(found),
+                                template_of=self.index.ids(raw[i])[0], identity_overlap=round(agreed, 4))
             return Decision(id=article_id, type="new", candidates=len(found))
         _, i, j, cont, ham, hits, direction = best
         methods = tuple(m for m, hit in zip(("minhash", "containment", "simhash"), hits, strict=True) if hit)

@@ -175,20 +175,24 @@ def test_seed_changes_everything() -> None:
 def test_to_bytes_layout() -> None:
     fp = DEFAULT.fingerprint_text(PINNED_TEXT)
     data = fp.to_bytes()
-    assert len(data) == 31 + 4 * 128
+    k = fp.identity.shape[0]
+    assert k > 0 and len(data) == 31 + 4 * 128 + 2 + 4 * k
     assert data[0] == 2                                     # version
     assert int.from_bytes(data[1:3], "big") == 128          # num_perm
     assert int.from_bytes(data[3:11], "big") == PINNED_SIMHASH
     assert int.from_bytes(data[11:15], "big") == PINNED_N_SHINGLES
     assert data[15:31].hex() == PINNED_EXACT
     assert int.from_bytes(data[31:35], "big") == PINNED_MINHASH_8[0]
+    assert int.from_bytes(data[543:545], "big") == k       # identity sketch length, then uint32 BE each
+    assert int.from_bytes(data[545:549], "big") == int(fp.identity[0])
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 300).flatmap(lambda n: st.lists(st.integers(0, 2**32 - 1), min_size=n, max_size=n)),
-       st.integers(0, 2**64 - 1), st.binary(min_size=16, max_size=16), st.integers(0, 2**32 - 1))
-def test_round_trip(minhash: list[int], sim: int, exact: bytes, n: int) -> None:
-    fp = Fingerprint(np.array(minhash, dtype=np.uint32), sim, exact, n)
+       st.integers(0, 2**64 - 1), st.binary(min_size=16, max_size=16), st.integers(0, 2**32 - 1),
+       st.lists(st.integers(0, 2**32 - 1), max_size=48, unique=True))
+def test_round_trip(minhash: list[int], sim: int, exact: bytes, n: int, identity: list[int]) -> None:
+    fp = Fingerprint(np.array(minhash, dtype=np.uint32), sim, exact, n, np.array(sorted(identity), dtype=np.uint32))
     back = Fingerprint.from_bytes(fp.to_bytes())
     assert back == fp
     assert back.minhash.dtype == np.uint32
@@ -224,7 +228,7 @@ def test_from_bytes_rejects_garbage(garbage: bytes) -> None:
 
 def test_equality() -> None:
     fp = DEFAULT.fingerprint_text(PINNED_TEXT)
-    other = Fingerprint(fp.minhash.copy(), fp.simhash, fp.exact, fp.n_shingles)
+    other = Fingerprint(fp.minhash.copy(), fp.simhash, fp.exact, fp.n_shingles, fp.identity.copy())
     assert fp == other
     changed = fp.minhash.copy()
     changed[5] ^= 1
@@ -232,6 +236,7 @@ def test_equality() -> None:
     assert fp != Fingerprint(fp.minhash, fp.simhash ^ 1, fp.exact, fp.n_shingles)
     assert fp != Fingerprint(fp.minhash, fp.simhash, bytes(16), fp.n_shingles)
     assert fp != Fingerprint(fp.minhash, fp.simhash, fp.exact, fp.n_shingles + 1)
+    assert fp != Fingerprint(fp.minhash, fp.simhash, fp.exact, fp.n_shingles, fp.identity[1:])
     assert fp != "fingerprint"
     with pytest.raises(TypeError):
         hash(fp)
