@@ -76,6 +76,8 @@ def test_engine_template_rule(tmp_path, text: str, duplicate: bool) -> None:
     with Deduplicator(EngineConfig(), tmp_path / "on") as dedup:
         dedup.process(Article(id="report", text=REPORT))
         d = dedup.process(Article(id="b", text=text))
+        again = dedup.process(Article(id="b", text=text))   # a replay keeps every field
+        assert again.seen_before and {**again.to_event(), "seen_before": False} == d.to_event()
     assert d.is_duplicate == duplicate
     if not duplicate:
         assert d.template_of == "report" and d.identity_overlap < 0.5
