@@ -54,7 +54,9 @@ def _same_fingerprint(a: str, b: str, config: EngineConfig | None = None) -> boo
     fpr = Fingerprinter(config or EngineConfig())
     fa, fb = fpr.fingerprint_text(a), fpr.fingerprint_text(b)
     assert fa == fpr.fingerprint_reference(a) and fb == fpr.fingerprint_reference(b)
-    return fa == fb
+    # the text part; the identity sketch reads capitals (a name is a capitalised word), so it may differ
+    return (fa.exact, fa.simhash, fa.n_shingles, fa.minhash.tolist()) == (fb.exact, fb.simhash, fb.n_shingles,
+                                                                           fb.minhash.tolist())
 
 
 def test_folded_spellings_fingerprint_alike() -> None:
