@@ -77,7 +77,7 @@ def _ascii_digits(w: str) -> bool:
 
 
 def identity_items(text: str) -> list[tuple[str, int]]:
-    """The items of ``text`` (folded), each with 0 (a word), 1 (a name) or 2 (a number)."""
+    """The items of ``text`` (not folded yet), each with 0 (a word), 1 (a name) or 2 (a number)."""
     runs = [(m.start(), m.end(), m.group()) for m in _WORD.finditer(text)]
     items: list[tuple[str, bool]] = []
     i = 0
@@ -91,24 +91,53 @@ def identity_items(text: str) -> list[tuple[str, int]]:
             items.append((text[s:e], 2))
         else:
             name = w[0].isupper() and s >= 2 and text[s - 1] == " " and text[s - 2] in _BEFORE_NAME
-            items.append((fold(w), int(name)))
+            items.append((w, int(name)))
         i += 1
     return items
 
 
 def identity_pairs_reference(text: str) -> np.ndarray:
     """The identity sketch through :func:`identity_items` (any text)."""
-    hashes = [(token_hash(t.encode("utf-8", "surrogatepass"), IDENTITY_SEED), ident) for t, ident in identity_items(text)]
-    pairs = {_pair(hashes[k - 2][0] if k >= 2 else 0, hashes[k - 1][0] if k >= 1 else 0, h, ident == 2)
-             for k, (h, ident) in enumerate(hashes) if ident}
-    return _select(np.array(sorted(pairs), dtype=np.uint32))
+    items = identity_items(text)
+    memo: dict[str, int] = {}
+
+    def h(k: int) -> int:  # hashed only where needed: identity tokens and the two items before each
+        if k < 0:
+            return 0
+        tok = items[k][0]
+        v = memo.get(tok)
+        if v is None:
+            v = memo[tok] = token_hash(fold(tok).encode("utf-8", "surrogatepass"), IDENTITY_SEED)
+        return v
+    pairs = [_pair(h(k - 2), h(k - 1), h(k), kind == 2) for k, (_, kind) in enumerate(items) if kind]
+    return _select(np.array(pairs, dtype=np.uint32))
+
+
+@njit(cache=True)
+def _select_kernel(pairs, k):
+    """The ``k`` smallest distinct pairs of each kind (number bit set or not), sorted."""
+    ordered = np.sort(pairs)
+    out = np.empty(min(ordered.shape[0], 2 * k), dtype=np.uint32)
+    m = numbers = names = 0
+    for t in range(ordered.shape[0]):
+        x = ordered[t]
+        if t > 0 and x == ordered[t - 1]:
+            continue
+        if x & 0x8000:
+            if numbers < k:
+                out[m] = x
+                m += 1
+                numbers += 1
+        elif names < k:
+            out[m] = x
+            m += 1
+            names += 1
+    return out[:m]
 
 
 def _select(pairs: np.ndarray) -> np.ndarray:
     """The ``IDENTITY_K`` smallest distinct pairs of each kind, sorted."""
-    u = np.unique(pairs)
-    number = (u & 0x8000) != 0
-    return np.sort(np.concatenate((u[number][:IDENTITY_K], u[~number][:IDENTITY_K])))
+    return _select_kernel(pairs.astype(np.uint32, copy=False), IDENTITY_K) if pairs.shape[0] else _EMPTY
 
 
 @njit(cache=True, inline="always")
@@ -166,23 +195,50 @@ def identity_pairs_ascii(buf, seed):
 
 
 def identity_sketch(text: str) -> np.ndarray:
-    """Sorted uint32 pairs: the ``IDENTITY_K`` smallest distinct (context, identity token) pairs."""
+    """Sorted uint32 pairs: the ``IDENTITY_K`` smallest distinct (context, identity token) pairs of each kind."""
     if text.isascii() or ascii_equivalent(text) is not None:
-        pairs = identity_pairs_ascii(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
-                                     IDENTITY_SEED)
-        return _select(pairs) if pairs.shape[0] else _EMPTY
+        return _select(identity_pairs_ascii(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
+                                            IDENTITY_SEED))
     return identity_pairs_reference(text)
 
 
-def _counts(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
-    """(contexts common to both, of which with a same token) for pairs of one kind."""
-    full = 1 << 16
-    tau = min(int(a[-1]) >> 16 if a.shape[0] >= IDENTITY_K else full,
-              int(b[-1]) >> 16 if b.shape[0] >= IDENTITY_K else full)
-    if tau < full:  # a full sample may have cut its last context's tokens short: compare below it
-        a, b = a[(a >> 16) < tau], b[(b >> 16) < tau]
-    common = np.intersect1d(a >> 16, b >> 16).shape[0]
-    same = np.unique(np.intersect1d(a, b, assume_unique=True) >> 16).shape[0]
+@njit(cache=True)
+def _kind_counts(a, b, flag, k):
+    """(contexts common to both sketches, of which with a same token) over the pairs of one kind
+    (``flag`` = 0x8000 numbers, 0 names), on the context range both samples cover completely."""
+    fa = a[(a & 0x8000) == flag]
+    fb = b[(b & 0x8000) == flag]
+    tau = 1 << 16
+    if fa.shape[0] >= k:  # a full sample may have cut its last context's tokens short: compare below it
+        tau = min(tau, int(fa[-1] >> 16))
+    if fb.shape[0] >= k:
+        tau = min(tau, int(fb[-1] >> 16))
+    i = j = common = same = 0
+    while i < fa.shape[0] and j < fb.shape[0]:
+        ca, cb = int(fa[i] >> 16), int(fb[j] >> 16)
+        if ca >= tau or cb >= tau:
+            break
+        if ca < cb:
+            i += 1
+        elif ca > cb:
+            j += 1
+        else:
+            ie, je = i, j
+            while ie < fa.shape[0] and int(fa[ie] >> 16) == ca:
+                ie += 1
+            while je < fb.shape[0] and int(fb[je] >> 16) == ca:
+                je += 1
+            common += 1
+            p, q = i, j
+            while p < ie and q < je:
+                if fa[p] == fb[q]:
+                    same += 1
+                    break
+                if fa[p] < fb[q]:
+                    p += 1
+                else:
+                    q += 1
+            i, j = ie, je
     return common, same
 
 
@@ -191,9 +247,8 @@ def agreement(a: np.ndarray, b: np.ndarray, min_contexts: int = 1) -> float | No
     that share over all identity tokens (with at least ``min_contexts`` common contexts) and over
     numbers alone (with at least ``MIN_NUMBER_CONTEXTS``: a template may keep its names and change
     only its figures); None when neither has enough."""
-    na, nb = (a & 0x8000) != 0, (b & 0x8000) != 0
-    cn, sn = _counts(a[na], b[nb])
-    cw, sw = _counts(a[~na], b[~nb])
+    cn, sn = _kind_counts(a, b, 0x8000, IDENTITY_K)
+    cw, sw = _kind_counts(a, b, 0, IDENTITY_K)
     shares = []
     if cn + cw >= min_contexts:
         shares.append((sn + sw) / (cn + cw))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from stream_dedup.config import EngineConfig
 from stream_dedup.engine import Deduplicator
+from stream_dedup.folding import fold
 from stream_dedup.identity import agreement, identity_items, identity_pairs_reference, identity_sketch
 from stream_dedup.record import Article
 
@@ -45,7 +46,8 @@ CORRECTED = REPORT.replace("78.3 million", "78.29 million")   # one figure corre
 
 
 def test_items() -> None:
-    items = identity_items("He said 1,200 people, and Mr Smith met Ana in Zürich on 10:30. The 20th G20")
+    items = [(fold(t), kind) for t, kind in
+             identity_items("He said 1,200 people, and Mr Smith met Ana in Zürich on 10:30. The 20th G20")]
     assert ("1,200", 2) in items and ("10:30", 2) in items
     assert ("smith", 1) in items and ("ana", 1) in items and ("zurich", 1) in items   # folded
     assert ("he", 0) in items and ("the", 0) in items                              # sentence starts
@@ -86,3 +88,31 @@ def test_engine_template_rule(tmp_path, text: str, duplicate: bool) -> None:
         with Deduplicator(EngineConfig(identity_threshold=0), tmp_path / "off") as dedup:
             dedup.process(Article(id="report", text=REPORT))
             assert dedup.process(Article(id="b", text=text)).is_duplicate
+
+
+def _brute_agreement(a: np.ndarray, b: np.ndarray, min_contexts: int) -> float | None:
+    from stream_dedup.identity import IDENTITY_K, MIN_NUMBER_CONTEXTS
+    counts = []
+    for flag in (0x8000, 0):
+        fa = sorted(int(x) for x in a if int(x) & 0x8000 == flag)
+        fb = sorted(int(x) for x in b if int(x) & 0x8000 == flag)
+        tau = min([1 << 16] + [f[-1] >> 16 for f in (fa, fb) if len(f) >= IDENTITY_K])
+        common = {x >> 16 for x in fa if x >> 16 < tau} & {x >> 16 for x in fb if x >> 16 < tau}
+        same = {x >> 16 for x in set(fa) & set(fb) if x >> 16 < tau}
+        counts.append((len(common), len(same)))
+    (cn, sn), (cw, sw) = counts
+    shares = ([(sn + sw) / (cn + cw)] if cn + cw >= min_contexts else []) + ([sn / cn] if cn >= MIN_NUMBER_CONTEXTS else [])
+    return min(shares) if shares else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=80), st.lists(st.integers(0, 40), max_size=80), st.integers(0, 1))
+def test_agreement_equals_brute_force(xs: list[int], ys: list[int], fold_kind: int) -> None:
+    """Small context and token ranges, so contexts collide and both samples fill up."""
+    from stream_dedup.identity import _select
+
+    def pairs(vals: list[int]) -> np.ndarray:
+        return _select(np.array([((v % 7) << 16) | ((v % 2) << 15) * fold_kind | (v // 7) for v in vals], dtype=np.uint32))
+    a, b = pairs(xs), pairs(ys)
+    if a.shape[0] and b.shape[0]:
+        assert agreement(a, b, 1) == _brute_agreement(a, b, 1)
