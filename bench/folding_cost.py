@@ -1,4 +1,5 @@
-"""Per-record cost of text folding (stream_dedup.folding.fold) against plain NFKC + casefold.
+"""Per-record cost of text folding (stream_dedup.folding.fold) against plain NFKC + casefold, and
+of the identity sketch (stream_dedup.identity.identity_sketch).
 
     python bench/folding_cost.py [--data ../shared/data]
 
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import quality_cases  # noqa: E402
 
 from stream_dedup.folding import fold  # noqa: E402
+from stream_dedup.identity import identity_sketch  # noqa: E402
 from stream_dedup.text import ascii_equivalent  # noqa: E402
 
 
@@ -44,13 +46,15 @@ def main() -> int:
     slow = [t for t in texts if ascii_equivalent(t) is None]
     rng = random.Random(1)
     disguised = [quality_cases.disguise(rng, t, 0.2) for t in texts[:300]]
-    print("| texts | records | ASCII-equivalent check (us) | NFKC + casefold (us) | fold (us) |")
-    print("| --- | --- | --- | --- | --- |")
+    identity_sketch(fast[0])  # load the compiled kernels
+    print("| texts | records | ASCII-equivalent check (us) | NFKC + casefold (us) | fold (us) | identity sketch (us) |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for name, ts in (("ASCII path", fast), ("non-ASCII letters", slow), ("disguised", disguised)):
         check = _cost(ascii_equivalent, ts)
         plain = _cost(lambda t: unicodedata.normalize("NFKC", t).casefold(), ts)
         folded = _cost(fold, ts) if name != "ASCII path" else 0.0
-        print(f"| {name} | {len(ts)} | {check:.1f} | {plain:.1f} | {folded:.1f} |")
+        ident = _cost(identity_sketch, ts)
+        print(f"| {name} | {len(ts)} | {check:.1f} | {plain:.1f} | {folded:.1f} | {ident:.1f} |")
     return 0
 
 

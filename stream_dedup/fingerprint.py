@@ -129,7 +129,8 @@ class Fingerprinter:
         m = self.minhasher
         n, mins, sim = kernels.sketch(th, self.shingle_size, m._a_lo, m._a_hi, m.b)
         return Fingerprint(minhash=mins.astype(np.uint32), simhash=int(sim),  # astype keeps the low 32 bits
-                           exact=exact_hash(th, self.config.seed), n_shingles=int(n), identity=identity_sketch(text))
+                           exact=exact_hash(th, self.config.seed), n_shingles=int(n),
+                           identity=identity_sketch(text, bool(self.config.fold_diacritics)))
 
     def fingerprint(self, article: Article) -> Fingerprint:
         return self.fingerprint_text(article.text, article.is_html)
@@ -144,4 +145,5 @@ class Fingerprinter:
         mins = signature_numpy(unique >> np.uint64(32), self.minhasher.a, self.minhasher.b)
         return Fingerprint(minhash=(mins & _M32).astype(np.uint32), simhash=simhash_numpy(shingles),
                            exact=exact_hash(th, self.config.seed), n_shingles=int(unique.shape[0]),
-                           identity=identity_pairs_reference(html_to_text(text) if is_html else text))
+                           identity=identity_pairs_reference(fold(html_to_text(text) if is_html else text,
+                                                                   bool(self.config.fold_diacritics), case=False)))

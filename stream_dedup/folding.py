@@ -66,8 +66,10 @@ def _reads_latin(token: str) -> bool:
 
 _H = "".join(HOMOGLYPHS)
 _LOOKALIKE_TOKEN = re.compile(rf"\b\w*[{_H}]\w*")
-# a token holding an ASCII letter (in non-Latin text, only such tokens with a look-alike are mapped)
-_LATIN_TOKEN = re.compile(r"\b\w*[a-zA-Z]\w*")
+# a token holding a Latin letter (in non-Latin text, only such tokens with a look-alike are mapped)
+_LATIN_LETTER = "a-zA-Z\u00c0-\u024f\u1e00-\u1eff"
+_LATIN_TOKEN = re.compile(rf"\b\w*[{_LATIN_LETTER}]\w*")
+_ANY_LATIN = re.compile(f"[{_LATIN_LETTER}]")
 _ASCII_LETTERS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -86,7 +88,7 @@ def _fix(m: re.Match) -> str:
 def map_homoglyphs(text: str) -> str:
     """Rule 3 of the module docstring, on NFKC text (before case folding)."""
     latin, non_ascii = _letter_counts(text)
-    if latin == 0:
+    if latin == 0 and not _ANY_LATIN.search(text):
         return text
     return (_LOOKALIKE_TOKEN if latin > non_ascii else _LATIN_TOKEN).sub(_fix, text)
 
@@ -142,17 +144,21 @@ def strip_latin_diacritics(text: str) -> str:
 _HAS_HOMOGLYPH = re.compile(f"[{_H}]")
 
 
-def fold(text: str, diacritics: bool = True) -> str:
-    """Invisible characters out, NFKC, homoglyphs, case folding, Latin diacritics (module docstring)."""
+def fold(text: str, diacritics: bool = True, case: bool = True) -> str:
+    """Invisible characters out, NFKC, homoglyphs, case folding, Latin diacritics (module docstring).
+
+    ``case=False`` skips case folding (for :mod:`stream_dedup.identity`, which reads capitals).
+    """
     if text.isascii():
-        return text.lower()
+        return text.lower() if case else text
     for ch in INVISIBLE:
         if ch in text:  # a substring search per character: far cheaper than a regex scan
             text = text.replace(ch, "")
     text = unicodedata.normalize("NFKC", text)
     if _HAS_HOMOGLYPH.search(text):
         text = map_homoglyphs(text)
-    text = text.casefold()
+    if case:
+        text = text.casefold()
     if diacritics and not text.isascii():
         text = strip_latin_diacritics(text)
     return text

@@ -31,9 +31,10 @@ duplicate when at least ``identity_min_tokens`` contexts are shared and the agre
 ``identity_threshold``: the article is ``new`` and its event names the look-alike in
 ``template_of``.
 
-ASCII text, and text that is ASCII apart from common punctuation, takes a compiled byte scan
-(:func:`identity_pairs_ascii`); other text the Python reference (:func:`identity_pairs_reference`),
-which gives the same pairs on ASCII text (a test checks it).
+The text is read after folding all but its case (invisible characters, NFKC, look-alike letters,
+Latin diacritics). Text that is then ASCII, or ASCII apart from common punctuation, takes a
+compiled byte scan (:func:`identity_pairs_ascii`); other text the Python reference
+(:func:`identity_pairs_reference`), which gives the same pairs on ASCII text (a test checks it).
 """
 
 from __future__ import annotations
@@ -156,8 +157,7 @@ def identity_pairs_ascii(buf, seed):
         low[i] = c + 32 if 65 <= c <= 90 else c
     out = np.empty(n // 2 + 1, dtype=np.uint32)
     m = 0
-    prev1 = np.uint64(0)
-    prev2 = np.uint64(0)
+    s1 = e1 = s2 = e2 = -1  # the two items before (start, end; -1 = none): hashed only when needed
     golden = np.uint64(0x9E3779B97F4A7C15)
     i = 0
     while i < n:
@@ -183,19 +183,27 @@ def identity_pairs_ascii(buf, seed):
         elif 65 <= buf[s] <= 90 and s >= 2 and buf[s - 1] == 32:
             p = buf[s - 2]
             ident = (97 <= p <= 122) or (48 <= p <= 57) or p == 44 or p == 59 or p == 58
-        h = _murmur3_64_padded(low, s, i, seed)
         if ident:
+            h = _murmur3_64_padded(low, s, i, seed)
+            prev1 = _murmur3_64_padded(low, s1, e1, seed) if s1 >= 0 else np.uint64(0)
+            prev2 = _murmur3_64_padded(low, s2, e2, seed) if s2 >= 0 else np.uint64(0)
             ctx = _fmix(prev2 * golden + prev1)
             kind = np.uint64(0x8000) if digits else np.uint64(0)
             out[m] = np.uint32(((ctx >> np.uint64(48)) << np.uint64(16)) | kind | (h & np.uint64(0x7FFF)))
             m += 1
-        prev2 = prev1
-        prev1 = h
+        s2, e2 = s1, e1
+        s1, e1 = s, i
     return out[:m]
 
 
-def identity_sketch(text: str) -> np.ndarray:
-    """Sorted uint32 pairs: the ``IDENTITY_K`` smallest distinct (context, identity token) pairs of each kind."""
+def identity_sketch(text: str, diacritics: bool = True) -> np.ndarray:
+    """Sorted uint32 pairs: the ``IDENTITY_K`` smallest distinct (context, identity token) pairs of each kind.
+
+    Non-ASCII text is folded first, all but its case (``fold(text, diacritics, case=False)``), so
+    that text which is then ASCII apart from common punctuation takes the compiled scan too.
+    """
+    if not text.isascii():
+        text = fold(text, diacritics, case=False)
     if text.isascii() or ascii_equivalent(text) is not None:
         return _select(identity_pairs_ascii(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
                                             IDENTITY_SEED))
