@@ -302,14 +302,14 @@ class Deduplicator:
         if not found:
             return Decision(id=article_id, type="new", candidates=len(seqs))
         n = fp.n_shingles
-        new_short = self._is_short(n)
+        new_short = self.is_short_text(n)
         check_identity = c.identity_threshold > 0 and fp.identity.shape[0] >= c.identity_min_tokens
         best: tuple | None = None
         template: tuple | None = None
         for i, (j, (_, simhash, stored_n, _, _)) in enumerate(zip((agree / c.num_perm).tolist(), headers,
                                                                     strict=True)):
             ham = hamming(fp.simhash, simhash)
-            if new_short or self._is_short(stored_n):  # short texts: a MinHash match of its own threshold only
+            if new_short or self.is_short_text(stored_n):  # short texts: a MinHash match of its own threshold only
                 hits, cont, direction = (c.short_text_jaccard < 1.0 and j >= c.short_text_jaccard, False, False), \
                     containment(j, n, stored_n), None
             else:
@@ -340,7 +340,7 @@ class Deduplicator:
                         method=methods[0], hamming_distance=ham, containment=round(cont, 4),
                         matched_id=matched_id, methods=methods, candidates=len(found), direction=direction)
 
-    def _is_short(self, n_shingles: int) -> bool:
+    def is_short_text(self, n_shingles: int) -> bool:
         """Fewer than ``short_text_words`` words, counted as distinct word shingles + k - 1."""
         c = self.config
         return not c.char_shingles and 0 < n_shingles + c.shingle_size - 1 < c.short_text_words

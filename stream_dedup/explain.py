@@ -26,7 +26,7 @@ def explain(config: EngineConfig, a: Article, b: Article) -> dict[str, Any]:
         fa, fb = dedup.fingerprint(a), dedup.fingerprint(b)
         dedup.decide(a.id, fa, now=0.0)
         decision = dedup.decide(b.id, fb, now=1.0).to_event()
-        short = {a.id: dedup._is_short(fa.n_shingles), b.id: dedup._is_short(fb.n_shingles)}
+        short = {a.id: dedup.is_short_text(fa.n_shingles), b.id: dedup.is_short_text(fb.n_shingles)}
     j = float((fa.minhash == fb.minhash).mean())
     b_in_a = containment(j, fb.n_shingles, fa.n_shingles)
     a_in_b = containment(j, fa.n_shingles, fb.n_shingles)
