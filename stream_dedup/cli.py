@@ -755,6 +755,30 @@ def run_worker_command(args: argparse.Namespace) -> int:
     return run_worker(load(ServiceConfig, args), load(EngineConfig, args))
 
 
+def run_explain(args: argparse.Namespace) -> int:
+    """``stream-dedup explain A.json B.json``: the decision on B after A, and every measure of the pair."""
+    from .explain import explain
+
+    config = load(EngineConfig, args)
+    articles = []
+    for path in (args.earlier, args.new):
+        try:
+            raw = Path(path).read_bytes().strip()
+        except OSError as err:
+            raise UsageError(f"{path}: {err.strerror or err}") from None
+        try:
+            articles.append(parse_record(raw, config))
+        except RecordError as err:
+            try:  # a JSONL file: its first record
+                articles.append(parse_record(raw.splitlines()[0] if raw else raw, config))
+            except RecordError:
+                raise UsageError(f"{path}: {err}") from None
+    if articles[0].id == articles[1].id:
+        raise UsageError("both records have the id " + repr(articles[0].id) + ": give them different ids")
+    print(json.dumps(explain(config, *articles), indent=2, ensure_ascii=False))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stream-dedup", description="Streaming near-duplicate detection for text.")
     parser.add_argument("--version", action="version", version=f"stream-dedup {__version__}")
@@ -848,6 +872,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weight of the false-negative area above the threshold when optimising (default: %(default)s)")
     p.add_argument("--plot", metavar="FILE.png", help="write the S-curve to this PNG file")
     p.set_defaults(func=run_tune)
+
+    p = sub.add_parser("explain", help="why a record is (not) a duplicate of another: every measure of the pair",
+                       description="Decide on NEW after EARLIER on an empty temporary index, exactly as dedup "
+                                   "would, and print the decision with every measure the rules read (Jaccard, "
+                                   "containment both ways, SimHash distance, short-text status, identity "
+                                   "agreement) and the rules that pass, as JSON. Each file holds one JSON record "
+                                   "(the first line of a JSONL file).")
+    p.add_argument("earlier", help="JSON file of the earlier record")
+    p.add_argument("new", help="JSON file of the new record")
+    add_arguments(p, EngineConfig)
+    p.set_defaults(func=run_explain)
 
     p = sub.add_parser("config", help="print the effective configuration (secrets masked)",
                        description="Print the effective configuration as JSON (flags over environment over "

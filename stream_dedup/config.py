@@ -89,6 +89,9 @@ class EngineConfig:
     shingle_size: int = _opt(4, "Word k-shingle length (k); chosen by bench/quality.py.")
     char_shingles: int = _opt(
         0, "Use character k-grams of this length instead of word shingles (0 = word shingles).")
+    fold_diacritics: int = _opt(
+        1, "Fold Latin letters to their base letter before shingling (café = cafe, Łódź = lodz); 0 = keep "
+           "diacritics. Other folding (NFKC, case, homoglyphs, invisible characters) is always on.")
     lsh_threshold: float = _opt(
         0.3, "Similarity at which LSH banding should start proposing candidates (b, r are tuned for it).")
     lsh_bands: int = _opt(0, "LSH bands b (0 = derive b, r from --lsh-threshold).")
@@ -98,6 +101,23 @@ class EngineConfig:
         0.8, "Estimated containment |A∩B|/|A| of the new article A in an earlier B that makes A a duplicate.")
     min_containment_shingles: int = _opt(
         20, "Containment is only trusted for articles with at least this many shingles.")
+    containment_both_ways: int = _opt(
+        1, "1 = also call the new article A a duplicate when an earlier B is contained in it (|A∩B|/|B| >= "
+           "--containment-threshold: the original inside a longer page); 0 = only A in B.")
+    min_contained_earlier_shingles: int = _opt(
+        60, "An earlier article counts as contained in a new one only if it has at least this many shingles: "
+            "shorter texts (a site's newsletter blurb stored as an article) recur inside many different pages.")
+    short_text_words: int = _opt(
+        10, "Texts of fewer words than this (distinct word shingles + k - 1) are short: they match only by "
+            "exact normalised text or by --short-text-jaccard, never by containment or SimHash (0 = no rule).")
+    short_text_jaccard: float = _opt(
+        0.8, "Estimated Jaccard a short text needs with a candidate (1 = exact normalised match only).")
+    identity_threshold: float = _opt(
+        0.5, "A text match is not a duplicate when, among the contexts both articles give an identity token "
+             "(number, capitalised name), fewer than this share hold a same token: a look-alike report, new, "
+             "with template_of (0 = no check).")
+    identity_min_tokens: int = _opt(
+        4, "The identity check needs at least this many contexts in common (else it does not apply).")
     simhash_k: int = _opt(3, "SimHash: fingerprints within this Hamming distance are near-duplicates.")
     simhash_blocks: int = _opt(5, "SimHash permuted tables: split 64 bits into this many blocks (> k).")
     simhash_min_jaccard: float = _opt(
@@ -127,10 +147,15 @@ class EngineConfig:
             errors.append("num_perm must be >= 8")
         if self.shingle_size < 1:
             errors.append("shingle_size must be >= 1")
+        for name in ("fold_diacritics", "containment_both_ways"):
+            if getattr(self, name) not in (0, 1):
+                errors.append(f"{name} must be 0 or 1")
+        if self.short_text_words < 0:
+            errors.append("short_text_words must be >= 0")
         if self.char_shingles < 0:
             errors.append("char_shingles must be >= 0")
         for name in ("lsh_threshold", "jaccard_threshold", "containment_threshold", "simhash_min_jaccard",
-                     "index_below_similarity"):
+                     "index_below_similarity", "short_text_jaccard", "identity_threshold"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 errors.append(f"{name} must be within [0, 1]")
         if (self.lsh_bands > 0) != (self.lsh_rows > 0):

@@ -10,10 +10,17 @@ For each article (already fingerprinted):
 4. **Verification** against each candidate's stored signature:
    ``minhash``      estimated Jaccard >= ``jaccard_threshold``;
    ``containment``  estimated |A ∩ B| / |A| >= ``containment_threshold`` (A = the new article,
-                    trimmed or excerpted copies of B) for articles of at least
-                    ``min_containment_shingles`` shingles;
+                    trimmed or excerpted copies of B: ``direction`` ``new_in_earlier``), or
+                    |A ∩ B| / |B| (B inside a longer page A: ``earlier_in_new``), the contained
+                    article having at least ``min_containment_shingles`` shingles;
    ``simhash``      Hamming distance <= ``simhash_k`` and Jaccard >= ``simhash_min_jaccard``.
    Nothing is called a duplicate on a candidate hit alone.
+   **Look-alikes**: a candidate that passes but whose identity tokens (numbers, names; see
+   :mod:`stream_dedup.identity`) overlap less than ``identity_threshold`` is skipped; if no other
+   candidate passes, the article is ``new`` with ``template_of`` naming the look-alike.
+   **Short texts** (fewer than ``short_text_words`` words on either side) are compared by
+   ``minhash`` with ``short_text_jaccard`` only (containment and SimHash are noise there), and
+   not at all when it is 1: then only the exact match of step 2 makes them duplicates.
 5. The best verified candidate (highest of its Jaccard / containment scores, earliest on ties)
    names the cluster: ``duplicate_of`` is that cluster's first-seen article.
 
@@ -36,11 +43,14 @@ import numpy as np
 
 from .config import EngineConfig
 from .fingerprint import Fingerprint, Fingerprinter
+from .folding import FOLDING_VERSION
+from .identity import agreement
 from .index import BUCKET, SIGNATURE_BITS, Index, StoredArticle, stored_signature
 from .lsh import Banding, LSHParams, explicit_params, optimal_params
 from .minhash import bbit_jaccard, containment
 from .record import Article
 from .simhash import PermutedTables, hamming
+from .text import TOKENIZER_VERSION
 
 MAX_PER_BUCKET = 256          # members kept per LSH bucket (the newest)
 MAX_VERIFY = 1024             # candidates verified per article (SimHash hits first, then LSH; oldest first)
@@ -62,6 +72,9 @@ class Decision:
     methods: tuple[str, ...] = ()
     candidates: int = 0
     seen_before: bool = False
+    direction: str | None = None       # containment matches: "new_in_earlier" or "earlier_in_new"
+    template_of: str | None = None     # new, but a look-alike of this article (identity tokens disagree)
+    identity_overlap: float | None = None  # with template_of: share of identity tokens in common
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -74,6 +87,11 @@ class Decision:
                  "similarity": self.similarity, "method": self.method, "hamming_distance": self.hamming_distance,
                  "containment": self.containment, "matched_id": self.matched_id, "methods": list(self.methods),
                  "candidates": self.candidates, "seen_before": self.seen_before}
+        if self.direction is not None:
+            event["direction"] = self.direction
+        if self.template_of is not None:
+            event["template_of"] = self.template_of
+            event["identity_overlap"] = self.identity_overlap
         if self.extra:
             event.update(self.extra)
         return event
@@ -81,14 +99,17 @@ class Decision:
     def to_stored(self) -> list[Any]:
         """The compact form the index keeps (replayed for a repeated id): the event's values in
         ``_STORED_FIELDS`` order, without the keys, the id (the record has it) and ``seen_before``."""
-        return [getattr(self, f) for f in _STORED_FIELDS]
+        values = [getattr(self, f) for f in _STORED_FIELDS]
+        while values and values[-1] is None:  # the rarer fields are last: most records end earlier
+            values.pop()
+        return values
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any] | list[Any], article_id: str | None = None) -> Decision:
         """The decision first returned, ``seen_before`` set: from :meth:`to_stored` with the article's
         id, or from an event dict."""
         if isinstance(stored, list):
-            data = dict(zip(_STORED_FIELDS, stored, strict=True))
+            data = dict(zip(_STORED_FIELDS, stored))  # trailing None values were not stored
             data["id"] = article_id
         else:
             data = dict(stored)
@@ -99,7 +120,7 @@ class Decision:
 
 
 _STORED_FIELDS = ("type", "duplicate_of", "similarity", "method", "hamming_distance", "containment", "matched_id",
-                  "methods", "candidates")
+                  "methods", "candidates", "direction", "template_of", "identity_overlap")
 
 
 def lsh_params(config: EngineConfig) -> LSHParams:
@@ -119,7 +140,8 @@ class Deduplicator:
         self.banding = Banding(self.lsh)
         self.tables = PermutedTables(c.simhash_k, c.simhash_blocks)
         settings = {"num_perm": c.num_perm, "seed": c.seed, "shingle_size": c.shingle_size,
-                    "char_shingles": c.char_shingles,
+                    "char_shingles": c.char_shingles, "folding": FOLDING_VERSION, "tokenizer": TOKENIZER_VERSION,
+                    "fold_diacritics": c.fold_diacritics,
                     "bands": self.lsh.bands, "rows": self.lsh.rows, "simhash_k": c.simhash_k,
                     "simhash_blocks": c.simhash_blocks}
         self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET, memory=c.memory,
@@ -216,7 +238,7 @@ class Deduplicator:
                           exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_stored(),
                           bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
                           index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint,
-                          receipt=receipt)
+                          receipt=receipt, identity=fp.identity)
         return decision
 
     def _adds_to_index(self, decision: Decision, has_shingles: bool) -> bool:
@@ -306,26 +328,70 @@ class Deduplicator:
         if not found:
             return Decision(id=article_id, type="new", candidates=len(seqs))
         n = fp.n_shingles
-        can_contain = n >= c.min_containment_shingles
+        new_short = self.is_short_text(n)
+        check_identity = c.identity_threshold > 0 and fp.identity.shape[0] >= c.identity_min_tokens
         best: tuple | None = None
+        template: tuple | None = None
         # decisions compare the estimates as they are reported (4 decimals): the b-bit correction
         # (1.5e-5 at 16 bits) then leaves an estimate of exactly 64/128 at 0.5, as it was with 32 bits
         jaccards = bbit_jaccard(agree, c.num_perm, SIGNATURE_BITS).tolist()
         for i, (j_raw, (_, simhash, stored_n, _, _)) in enumerate(zip(jaccards, headers, strict=True)):
-            j, cont = round(j_raw, 4), round(containment(j_raw, n, stored_n), 4)
+            j = round(j_raw, 4)
             ham = hamming(fp.simhash, simhash)
-            hits = (j >= c.jaccard_threshold, can_contain and cont >= c.containment_threshold,
-                    ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
+            if new_short or self.is_short_text(stored_n):  # short texts: a MinHash match of its own threshold only
+                hits, cont, direction = (c.short_text_jaccard < 1.0 and j >= c.short_text_jaccard, False, False), \
+                    round(containment(j_raw, n, stored_n), 4), None
+            else:
+                cont, direction = self._containment(j_raw, n, stored_n)
+                hits = (j >= c.jaccard_threshold, direction is not None,
+                        ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
             if not any(hits):
                 continue
             key = (max(j, cont if hits[1] else 0.0), -found[i])  # best score, then the earliest
+            if check_identity:
+                agreed = agreement(fp.identity, self.index.identity(raw[i]), c.identity_min_tokens)
+                if agreed is not None and agreed < c.identity_threshold:  # a look-alike: other figures, names
+                    if template is None or key > template[0]:
+                        template = (key, i, j, agreed)
+                    continue
             if best is None or key > best[0]:
-                best = (key, i, j, cont, ham, hits)
+                best = (key, i, j, cont, ham, hits, direction)
         if best is None:
+            if template is not None:
+                _, i, j, agreed = template
+                return Decision(id=article_id, type="new", similarity=round(j, 4), candidates=len(found),
+                                template_of=self.index.ids(raw[i])[0], identity_overlap=round(agreed, 4))
             return Decision(id=article_id, type="new", candidates=len(found))
-        _, i, j, cont, ham, hits = best
+        _, i, j, cont, ham, hits, direction = best
         methods = tuple(m for m, hit in zip(("minhash", "containment", "simhash"), hits, strict=True) if hit)
         matched_id, root_id = self.index.ids(raw[i])
         return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=j,
                         method=methods[0], hamming_distance=ham, containment=cont,
-                        matched_id=matched_id, methods=methods, candidates=len(found))
+                        matched_id=matched_id, methods=methods, candidates=len(found), direction=direction)
+
+    def is_short_text(self, n_shingles: int) -> bool:
+        """Fewer than ``short_text_words`` words, counted as distinct word shingles + k - 1."""
+        c = self.config
+        return not c.char_shingles and 0 < n_shingles + c.shingle_size - 1 < c.short_text_words
+
+    def _containment(self, j: float, n: int, stored_n: int) -> tuple[float, str | None]:
+        """(containment, direction) of the best containment match in either direction, or
+        (|A∩B|/|A|, None) when neither reaches ``containment_threshold``.
+
+        ``new_in_earlier``: |A∩B|/|A| of the new article A in the earlier B (a trim, an excerpt);
+        ``earlier_in_new``: |A∩B|/|B| (the earlier article inside a longer page), with
+        ``containment_both_ways``. The contained side needs at least ``min_containment_shingles``
+        shingles (new in earlier) or ``min_contained_earlier_shingles`` (earlier in new: a short
+        earlier text, such as a site blurb stored as an article, recurs inside many pages).
+        """
+        c = self.config
+        # rounded as reported (4 decimals) before the thresholds, like the Jaccard estimate
+        new_in_earlier = round(containment(j, n, stored_n), 4)
+        best, direction = new_in_earlier, None
+        if n >= c.min_containment_shingles and new_in_earlier >= c.containment_threshold:
+            direction = "new_in_earlier"
+        if c.containment_both_ways and stored_n >= max(c.min_containment_shingles, c.min_contained_earlier_shingles):
+            earlier_in_new = round(containment(j, stored_n, n), 4)
+            if earlier_in_new >= c.containment_threshold and (direction is None or earlier_in_new > best):
+                best, direction = earlier_in_new, "earlier_in_new"
+        return best, direction

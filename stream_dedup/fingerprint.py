@@ -1,7 +1,8 @@
 """Everything the index needs to know about one article, computed without any state.
 
-text -> (HTML extraction) -> NFKC + casefold -> tokens -> token hashes -> word k-shingle hashes
--> MinHash signature (uint32[num_perm]), 64-bit SimHash, 128-bit exact hash, distinct shingle count.
+text -> (HTML extraction) -> folding (:mod:`stream_dedup.folding`) -> tokens -> token hashes -> word k-shingle hashes
+-> MinHash signature (uint32[num_perm]), 64-bit SimHash, 128-bit exact hash, distinct shingle count;
+and from the unfolded text, the identity sketch (:mod:`stream_dedup.identity`).
 
 :class:`Fingerprint` has a compact, versioned byte form (:meth:`Fingerprint.to_bytes`) so a
 fingerprint computed on one worker can be decided on by another.
@@ -14,22 +15,28 @@ Python/numpy functions (tests assert they agree bit for bit).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import kernels
 from .config import EngineConfig
+from .folding import fold
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
 from .html_text import html_to_text
+from .identity import identity_pairs_reference, identity_sketch
 from .minhash import MinHasher, signature_numpy
 from .record import Article
 from .simhash import simhash_numpy
-from .text import ascii_equivalent, blank_non_word, char_tokens, has_no_boundary_script, normalize, tokenize
+from .text import ascii_equivalent, blank_non_word, char_tokens, has_no_boundary_script, tokenize
 
-_WIRE_VERSION = 1
+# 2: text folding (stream_dedup.folding) and Hangul per character, and the identity sketch after
+# the signature; a version-1 fingerprint was computed from other tokens, so it is refused
+_WIRE_VERSION = 2
 _HEADER = struct.Struct(">BHQI16s")  # version, num_perm, simhash, n_shingles, exact hash
+_COUNT = struct.Struct(">H")          # identity sketch length (after the signature), then uint32 BE each
 _M32 = np.uint64(0xFFFFFFFF)
+_NO_IDENTITY = np.zeros(0, dtype=np.uint32)
 
 
 # slots, not frozen: one is built per article on the hot path (frozen costs ~0.1 us per field); read-only by convention
@@ -39,10 +46,12 @@ class Fingerprint:
     simhash: int             # 64-bit SimHash
     exact: bytes             # 128-bit hash of the normalised text
     n_shingles: int          # number of distinct shingles (set size, for containment)
+    identity: np.ndarray = field(default_factory=lambda: _NO_IDENTITY)  # sorted uint32 (stream_dedup.identity)
 
     def to_bytes(self) -> bytes:
-        return _HEADER.pack(_WIRE_VERSION, self.minhash.shape[0], self.simhash, self.n_shingles,
-                            self.exact) + self.minhash.astype(">u4").tobytes()
+        return b"".join((_HEADER.pack(_WIRE_VERSION, self.minhash.shape[0], self.simhash, self.n_shingles, self.exact),
+                         self.minhash.astype(">u4").tobytes(), _COUNT.pack(self.identity.shape[0]),
+                         self.identity.astype(">u4").tobytes()))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Fingerprint:
@@ -50,15 +59,23 @@ class Fingerprint:
             raise ValueError("fingerprint bytes too short")
         version, num_perm, sim, n, exact = _HEADER.unpack_from(data)
         if version != _WIRE_VERSION:
-            raise ValueError(f"unknown fingerprint version {version}")
-        body = data[_HEADER.size:]
-        if len(body) != 4 * num_perm:
-            raise ValueError(f"fingerprint has {len(body)} signature bytes, expected {4 * num_perm}")
-        return cls(np.frombuffer(body, dtype=">u4").astype(np.uint32), sim, exact, n)
+            raise ValueError(f"unknown fingerprint version {version} (this engine reads version {_WIRE_VERSION}: "
+                             "stage-1 workers and the decision stage must run the same release)")
+        sig_end = _HEADER.size + 4 * num_perm
+        if len(data) < sig_end + _COUNT.size:
+            raise ValueError(f"fingerprint has {len(data) - _HEADER.size} bytes after its header, expected at "
+                             f"least {4 * num_perm + _COUNT.size}")
+        (k,) = _COUNT.unpack_from(data, sig_end)
+        if len(data) != sig_end + _COUNT.size + 4 * k:
+            raise ValueError(f"fingerprint has {len(data)} bytes, expected {sig_end + _COUNT.size + 4 * k}")
+        sig = np.frombuffer(data, dtype=">u4", count=num_perm, offset=_HEADER.size).astype(np.uint32)
+        identity = np.frombuffer(data, dtype=">u4", count=k, offset=sig_end + _COUNT.size).astype(np.uint32)
+        return cls(sig, sim, exact, n, identity)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Fingerprint) and self.simhash == other.simhash and self.exact == other.exact
-                and self.n_shingles == other.n_shingles and np.array_equal(self.minhash, other.minhash))
+                and self.n_shingles == other.n_shingles and np.array_equal(self.minhash, other.minhash)
+                and np.array_equal(self.identity, other.identity))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -71,9 +88,9 @@ class Fingerprinter:
         self.tokens = TokenHasher(config.seed)
         self.minhasher = MinHasher(config.num_perm, config.seed)
 
-    @staticmethod
-    def plain_text(text: str, is_html: bool = False) -> str:
-        return normalize(html_to_text(text) if is_html else text)
+    def plain_text(self, text: str, is_html: bool = False) -> str:
+        """The folded text that is tokenised (:func:`stream_dedup.folding.fold`)."""
+        return fold(html_to_text(text) if is_html else text, bool(self.config.fold_diacritics))
 
     @property
     def shingle_size(self) -> int:
@@ -91,10 +108,10 @@ class Fingerprinter:
         if is_html:
             text = html_to_text(text)
         raw = ascii_equivalent(text)
-        if raw is not None:  # NFKC leaves ASCII unchanged and casefold is lower() there: skip both
+        if raw is not None:  # folding is lower() on ASCII: skip it
             return kernels.token_hashes_utf8(np.frombuffer(raw, dtype=np.uint8), kernels.WORD_BYTES,
                                              self.config.seed)
-        norm = normalize(text)
+        norm = fold(text, bool(self.config.fold_diacritics))
         if norm.isascii():
             buf = norm.encode("ascii")
         else:
@@ -106,11 +123,14 @@ class Fingerprinter:
                                          self.config.seed)
 
     def fingerprint_text(self, text: str, is_html: bool = False) -> Fingerprint:
-        th = self.token_hashes(text, is_html)
+        if is_html:
+            text = html_to_text(text)
+        th = self.token_hashes(text)
         m = self.minhasher
         n, mins, sim = kernels.sketch(th, self.shingle_size, m._a_lo, m._a_hi, m.b)
         return Fingerprint(minhash=mins.astype(np.uint32), simhash=int(sim),  # astype keeps the low 32 bits
-                           exact=exact_hash(th, self.config.seed), n_shingles=int(n))
+                           exact=exact_hash(th, self.config.seed), n_shingles=int(n),
+                           identity=identity_sketch(text, bool(self.config.fold_diacritics)))
 
     def fingerprint(self, article: Article) -> Fingerprint:
         return self.fingerprint_text(article.text, article.is_html)
@@ -124,4 +144,6 @@ class Fingerprinter:
         unique = sorted_unique(shingles)
         mins = signature_numpy(unique >> np.uint64(32), self.minhasher.a, self.minhasher.b)
         return Fingerprint(minhash=(mins & _M32).astype(np.uint32), simhash=simhash_numpy(shingles),
-                           exact=exact_hash(th, self.config.seed), n_shingles=int(unique.shape[0]))
+                           exact=exact_hash(th, self.config.seed), n_shingles=int(unique.shape[0]),
+                           identity=identity_pairs_reference(fold(html_to_text(text) if is_html else text,
+                                                                   bool(self.config.fold_diacritics), case=False)))

@@ -30,8 +30,8 @@ are looked up in one multi-get; the article's own write appends to the values ju
 index has a single writer). The article record packs first-seen time, SimHash, set size, exact
 hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b-bit minwise hashing,
 see :func:`stored_signature`), the article id and its cluster root id (length-prefixed
-UTF-8), and the decision first returned for it as JSON (the engine stores a compact list, replayed
-when the id comes again).
+UTF-8), the identity sketch (uint32 BE, length-prefixed), and the decision first returned for it
+as JSON (the engine stores a compact list, replayed when the id comes again).
 
 All writes for one article go in one ``WriteBatch`` across families: a crash leaves an article
 either fully indexed or absent.
@@ -59,10 +59,12 @@ _STATE = struct.Struct(">QQ")        # next seq, count
 _TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
 _TABLE_SEEK = struct.Struct(">BQ")    # table, permuted simhash masked to the table's key
 _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
-_LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
+_LENGTHS = struct.Struct(">HHH")     # UTF-8 lengths of the article id and its cluster root id, identity sketch length
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
-_SCHEMA = 5             # 5: ordered delivery receipts in their own family; 4: 16-bit signature rows and LSH bucket keys (3: 32-bit)
+# 5: 16-bit signature rows and LSH bucket keys (b-bit), records hold the identity sketch, ordered
+# delivery receipts in their own family; 3: 32-bit rows
+_SCHEMA = 5
 SIGNATURE_BITS = 16     # bits kept of each MinHash row in the index (b-bit minwise hashing)
 _SIG_DTYPE = np.dtype(">u2")
 _POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
@@ -99,23 +101,36 @@ class StoredArticle:
         return orjson.loads(self.decision_json)
 
 
+_NO_IDENTITY = np.zeros(0, dtype=np.uint32)
+
+
 def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes,
-                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list) -> bytes:
+                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list,
+                 identity: np.ndarray = _NO_IDENTITY) -> bytes:
     aid = article_id.encode("utf-8", "surrogatepass")
     rid = root_id.encode("utf-8", "surrogatepass")
     return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
-                     stored_signature(minhash).tobytes(), _LENGTHS.pack(len(aid), len(rid)), aid, rid,
-                     orjson.dumps(decision)))
+                     stored_signature(minhash).tobytes(),
+                     _LENGTHS.pack(len(aid), len(rid), identity.shape[0]), aid, rid,
+                     identity.astype(">u4", copy=False).tobytes(), orjson.dumps(decision)))
 
 
 def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
     """(article id, cluster root id, offset of the decision JSON) of a packed record."""
     pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
-    id_len, root_len = _LENGTHS.unpack_from(value, pos)
+    id_len, root_len, k = _LENGTHS.unpack_from(value, pos)
     pos += _LENGTHS.size
     end = pos + id_len + root_len
     return (value[pos:pos + id_len].decode("utf-8", "surrogatepass"),
-            value[pos + id_len:end].decode("utf-8", "surrogatepass"), end)
+            value[pos + id_len:end].decode("utf-8", "surrogatepass"), end + 4 * k)
+
+
+def _record_identity(value: bytes, num_perm: int) -> np.ndarray:
+    """The identity sketch (sorted uint32) of a packed record."""
+    pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
+    id_len, root_len, k = _LENGTHS.unpack_from(value, pos)
+    start = pos + _LENGTHS.size + id_len + root_len
+    return np.frombuffer(value, dtype=">u4", count=k, offset=start).astype(np.uint32)
 
 
 def _unpack_record(seq: int, value: bytes, num_perm: int) -> StoredArticle:
@@ -278,6 +293,10 @@ class Index:
         """(article id, cluster root id) of a raw record."""
         return _record_ids(value, self.num_perm)[:2]
 
+    def identity(self, value: bytes) -> np.ndarray:
+        """The identity sketch of a raw record (see :mod:`stream_dedup.identity`)."""
+        return _record_identity(value, self.num_perm)
+
     def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
                max_distance: int = 64) -> Lookup:
         """Members of the signature's LSH buckets, and every SimHash within ``max_distance`` bits.
@@ -319,7 +338,8 @@ class Index:
     def insert(self, *, article_id: str, first_seen: float, simhash: int, n_shingles: int, exact: bytes,
                minhash: np.ndarray, root_id: str, decision: dict | list, bucket_keys: list[bytes],
                buckets: list[bytes | None], permuted: list[int], index_sketches: bool,
-               checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> int:
+               checkpoint: tuple[str, int] | None, receipt: bytes | None = None,
+               identity: np.ndarray = _NO_IDENTITY) -> int:
         """Index one article.
 
         ``bucket_keys`` are its LSH bucket keys (``BUCKET`` + band key) with ``buckets`` their
@@ -331,7 +351,7 @@ class Index:
         wb = WriteBatch(raw_mode=True)
         put = wb.put
         put(b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
-                                       article_id, root_id, decision), points)
+                                       article_id, root_id, decision, identity), points)
         put(self._cached_id_key(article_id), s8, points)
         put(_u64(int(first_seen * 1000)) + s8, b"", self._cf[_TIME])
         if index_sketches:

@@ -1,4 +1,4 @@
-"""Text normalisation and tokenisation.
+"""Text normalisation and tokenisation (what :mod:`stream_dedup.folding` does first is described there).
 
 ``normalize(text)`` applies Unicode NFKC (compatibility forms such as full-width letters and
 ligatures fold to their plain equivalents) and case folding (``str.casefold``, stronger
@@ -8,7 +8,11 @@ than ``lower``: German ß -> ss, Greek final sigma, ...).
 hashed): maximal runs of Unicode word characters (``\\w``: letters, digits, underscore of any script). Scripts written without spaces
 between words (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar) have no word boundaries, so
 each of their characters becomes a token on its own; word k-shingles over such tokens are then
-character k-grams, the standard fallback for those scripts.
+character k-grams, the standard fallback for those scripts. Korean (Hangul) is treated the same
+way: it has spaces, but particles and endings are glued to the words, so a copy-edit changes whole
+space-separated words where character k-grams change little. The rule is per token: a ``\\w+``
+run holding any such character is split into single characters for its runs of those scripts,
+and the Latin/digit runs inside it stay words (``iPhone发布会`` -> ``iphone 发 布 会``).
 
 Pure-ASCII text (most of a news feed) takes a fast path with the same result: ``\\w`` on ASCII is
 ``[A-Za-z0-9_]``, so translating every other byte to a space and splitting gives the same tokens
@@ -26,10 +30,13 @@ import numpy as np
 from .kernels import ascii_fold
 
 _WORD = re.compile(r"\w+")
-# Scripts without spaces between words: Thai, Lao, Myanmar, Khmer, CJK radicals/symbols,
-# Hiragana, Katakana, Bopomofo, CJK unified ideographs (+ext A), compatibility ideographs,
-# half-width Katakana, CJK extension planes.
+TOKENIZER_VERSION = 2  # 2: Hangul is tokenised per character (an index of version 1 is refused)
+# Tokenised per character: Hangul (jamo, compatibility jamo, syllables), then the scripts without
+# spaces between words: Thai, Lao, Myanmar, Khmer, CJK radicals/symbols, Hiragana, Katakana,
+# Bopomofo, CJK unified ideographs (+ext A), compatibility ideographs, half-width Katakana, CJK
+# extension planes.
 _NO_BOUNDARY = (
+    "\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"
     "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u2e80-\u2fdf\u3005-\u3007\u3021-\u3029"
     "\u3040-\u30ff\u3100-\u312f\u31a0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
     "\uff66-\uff9f\U00020000-\U0003134f"

@@ -315,10 +315,17 @@ def test_decision_event_and_replay_form() -> None:
                      "methods": ["minhash", "containment"], "candidates": 3, "seen_before": False, "partition": 2}
     back = Decision.from_stored(event)
     assert back.seen_before and same_decision(back, d)
-    stored = d.to_stored()  # the index's form: values only, no keys, id or seen_before
+    stored = d.to_stored()  # the index's form: values only, no keys, id or seen_before, no trailing None
     assert stored == ["duplicate-of", "r", 0.8, "minhash", 4, 0.9, "m", ("minhash", "containment"), 3]
     back = Decision.from_stored(json.loads(json.dumps(stored)), "x")
     assert back.seen_before and same_decision(back, d)
+    contained = Decision(id="y", type="duplicate-of", duplicate_of="r", similarity=0.4, method="containment",
+                         containment=0.9, methods=("containment",), candidates=1, direction="earlier_in_new")
+    assert contained.to_stored()[-1] == "earlier_in_new"
+    assert Decision.from_stored(json.loads(json.dumps(contained.to_stored())), "y").direction == "earlier_in_new"
+    look_alike = Decision(id="z", type="new", similarity=0.9, candidates=1, template_of="t", identity_overlap=0.2)
+    alike = Decision.from_stored(json.loads(json.dumps(look_alike.to_stored())), "z")
+    assert (alike.template_of, alike.identity_overlap, alike.direction) == ("t", 0.2, None)
     assert back.to_event() == {**{k: v for k, v in event.items() if k != "partition"}, "seen_before": True}
 
 

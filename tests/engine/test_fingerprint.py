@@ -23,11 +23,15 @@ PINNED_TEXT = ("Streaming near-duplicate detection: the quick brown fox jumps ov
                "while 3 reporters file the same story twice. Naïve façade, Straße, ﬁnance!")
 
 # Pinned with the default EngineConfig when the format was fixed: changing any of these values
-# silently invalidates every index and every fingerprint in flight.
-PINNED_EXACT = "23a8f62c7c28dc92137ee2f2e9ea1143"
+# silently invalidates every index and every fingerprint in flight (then bump the wire version and
+# the folding/tokenizer version the index checks). Wire version 2: Latin diacritics are folded.
+PINNED_EXACT = "eaeb5443f127eed78d0b805f1617f087"
 PINNED_N_SHINGLES = 22
-PINNED_SIMHASH = 15440789372418459188
-PINNED_MINHASH_8 = [2841736364, 1964704811, 1417861517, 2105956953, 1520427696, 3845884573, 253936806, 1633456403]
+PINNED_SIMHASH = 15420489987822560892
+PINNED_MINHASH_8 = [2841736364, 1521935194, 3595020817, 2105956953, 2294294080, 3845884573, 253936806, 1633456403]
+# --fold-diacritics 0 gives the values of wire version 1 (no other folding step touches this text)
+PINNED_V1 = ("23a8f62c7c28dc92137ee2f2e9ea1143", 15440789372418459188,
+             [2841736364, 1964704811, 1417861517, 2105956953, 1520427696, 3845884573, 253936806, 1633456403])
 
 DEFAULT = Fingerprinter(EngineConfig())
 
@@ -40,6 +44,13 @@ def test_pinned_fingerprint() -> None:
     assert fp.minhash[:8].tolist() == PINNED_MINHASH_8
     assert fp.minhash.shape == (128,) and fp.minhash.dtype == np.uint32
     assert DEFAULT.fingerprint_reference(PINNED_TEXT) == fp
+
+
+def test_pinned_fingerprint_without_diacritic_folding() -> None:
+    keep = Fingerprinter(EngineConfig(fold_diacritics=0))
+    fp = keep.fingerprint_text(PINNED_TEXT)
+    assert (fp.exact.hex(), fp.simhash, fp.minhash[:8].tolist()) == PINNED_V1
+    assert keep.fingerprint_reference(PINNED_TEXT) == fp
 
 
 @pytest.mark.parametrize("hash_seed", ["0", "4242"])
@@ -164,20 +175,24 @@ def test_seed_changes_everything() -> None:
 def test_to_bytes_layout() -> None:
     fp = DEFAULT.fingerprint_text(PINNED_TEXT)
     data = fp.to_bytes()
-    assert len(data) == 31 + 4 * 128
-    assert data[0] == 1                                     # version
+    k = fp.identity.shape[0]
+    assert k > 0 and len(data) == 31 + 4 * 128 + 2 + 4 * k
+    assert data[0] == 2                                     # version
     assert int.from_bytes(data[1:3], "big") == 128          # num_perm
     assert int.from_bytes(data[3:11], "big") == PINNED_SIMHASH
     assert int.from_bytes(data[11:15], "big") == PINNED_N_SHINGLES
     assert data[15:31].hex() == PINNED_EXACT
     assert int.from_bytes(data[31:35], "big") == PINNED_MINHASH_8[0]
+    assert int.from_bytes(data[543:545], "big") == k       # identity sketch length, then uint32 BE each
+    assert int.from_bytes(data[545:549], "big") == int(fp.identity[0])
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 300).flatmap(lambda n: st.lists(st.integers(0, 2**32 - 1), min_size=n, max_size=n)),
-       st.integers(0, 2**64 - 1), st.binary(min_size=16, max_size=16), st.integers(0, 2**32 - 1))
-def test_round_trip(minhash: list[int], sim: int, exact: bytes, n: int) -> None:
-    fp = Fingerprint(np.array(minhash, dtype=np.uint32), sim, exact, n)
+       st.integers(0, 2**64 - 1), st.binary(min_size=16, max_size=16), st.integers(0, 2**32 - 1),
+       st.lists(st.integers(0, 2**32 - 1), max_size=48, unique=True))
+def test_round_trip(minhash: list[int], sim: int, exact: bytes, n: int, identity: list[int]) -> None:
+    fp = Fingerprint(np.array(minhash, dtype=np.uint32), sim, exact, n, np.array(sorted(identity), dtype=np.uint32))
     back = Fingerprint.from_bytes(fp.to_bytes())
     assert back == fp
     assert back.minhash.dtype == np.uint32
@@ -200,7 +215,8 @@ GOOD = DEFAULT.fingerprint_text(PINNED_TEXT).to_bytes()
     GOOD[:30],                        # shorter than the header
     GOOD[:-1],                        # signature truncated
     GOOD + b"\x00",                   # trailing byte
-    b"\x02" + GOOD[1:],               # unknown version
+    b"\x01" + GOOD[1:],               # version 1: other folding, refused
+    b"\x03" + GOOD[1:],               # unknown version
     b"\x00" + GOOD[1:],
     GOOD[:1] + b"\x00\x10" + GOOD[3:],  # header says 16 permutations, body holds 128
     b"not a fingerprint at all, clearly garbage",
@@ -212,7 +228,7 @@ def test_from_bytes_rejects_garbage(garbage: bytes) -> None:
 
 def test_equality() -> None:
     fp = DEFAULT.fingerprint_text(PINNED_TEXT)
-    other = Fingerprint(fp.minhash.copy(), fp.simhash, fp.exact, fp.n_shingles)
+    other = Fingerprint(fp.minhash.copy(), fp.simhash, fp.exact, fp.n_shingles, fp.identity.copy())
     assert fp == other
     changed = fp.minhash.copy()
     changed[5] ^= 1
@@ -220,6 +236,7 @@ def test_equality() -> None:
     assert fp != Fingerprint(fp.minhash, fp.simhash ^ 1, fp.exact, fp.n_shingles)
     assert fp != Fingerprint(fp.minhash, fp.simhash, bytes(16), fp.n_shingles)
     assert fp != Fingerprint(fp.minhash, fp.simhash, fp.exact, fp.n_shingles + 1)
+    assert fp != Fingerprint(fp.minhash, fp.simhash, fp.exact, fp.n_shingles, fp.identity[1:])
     assert fp != "fingerprint"
     with pytest.raises(TypeError):
         hash(fp)
@@ -254,3 +271,8 @@ def test_character_shingles_change_the_index_settings(tmp_path) -> None:
     Deduplicator(EngineConfig(), tmp_path).close()
     with pytest.raises(ValueError, match="different settings"):
         Deduplicator(EngineConfig(char_shingles=5), tmp_path)
+
+
+def test_a_version_1_fingerprint_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown fingerprint version 1 .*same release"):
+        Fingerprint.from_bytes(b"\x01" + GOOD[1:])

@@ -240,10 +240,10 @@ def test_property_random_query_equals_brute_force(store_3_5: SimHashStore, query
 
 def test_engine_decides_simhash_duplicates_exactly_as_brute_force(tmp_path: Path) -> None:
     """Through Deduplicator.decide: with MinHash out of play (random signatures, Jaccard threshold 1,
-    no containment, no Jaccard guard), an article is a SimHash duplicate iff brute force finds an
+    no containment, no Jaccard guard, no short-text rule), an article is a SimHash duplicate iff brute force finds an
     earlier fingerprint within k bits."""
     config = EngineConfig(num_perm=8, lsh_bands=1, lsh_rows=8, jaccard_threshold=1.0, containment_threshold=1.0,
-                          simhash_min_jaccard=0.0, simhash_k=3, simhash_blocks=5)
+                          simhash_min_jaccard=0.0, simhash_k=3, simhash_blocks=5, short_text_words=0)
     rng = np.random.default_rng(7)
     earlier: list[int] = []
     roots: dict[str, str] = {}

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from stream_dedup import kernels
 from stream_dedup.config import EngineConfig
 from stream_dedup.fingerprint import Fingerprinter
+from stream_dedup.folding import fold
 from stream_dedup.hashing import TokenHasher, token_hash
 from stream_dedup.text import blank_non_word, has_no_boundary_script, normalize, tokenize
 
@@ -72,7 +73,9 @@ def test_unicode_tokenize_equals_regex_without_no_boundary_scripts(text: str) ->
     ("東京タワー 2024年", ["東", "京", "タ", "ワ", "ー", "2024", "年"]),
     ("ภาษาไทย", ["ภ", "า", "ษ", "า", "ไ", "ท", "ย"]),
     ("ひらがな、カタカナ。", ["ひ", "ら", "が", "な", "カ", "タ", "カ", "ナ"]),
-    ("한국어 텍스트", ["한국어", "텍스트"]),  # Hangul is written with spaces: words, not characters
+    # Hangul has spaces, but particles are glued to words (서울에서 = 서울 + 에서): characters too
+    ("한국어 텍스트", ["한", "국", "어", "텍", "스", "트"]),
+    ("서울에서 iPhone을", ["서", "울", "에", "서", "iphone", "을"]),
 ])
 def test_no_boundary_scripts_become_characters(text: str, expected: list[str]) -> None:
     assert tokenize(normalize(text)) == [t.encode() for t in expected]
@@ -81,7 +84,8 @@ def test_no_boundary_scripts_become_characters(text: str, expected: list[str]) -
 def test_has_no_boundary_script() -> None:
     assert has_no_boundary_script("abc 中")
     assert has_no_boundary_script("ไทย")
-    assert not has_no_boundary_script("abc déjà vu Москва 한국")
+    assert has_no_boundary_script("한국")  # Korean: character k-grams too
+    assert not has_no_boundary_script("abc déjà vu Москва")
 
 
 @settings(max_examples=300, deadline=None)
@@ -121,5 +125,5 @@ FINGERPRINTER = Fingerprinter(EngineConfig())
 def test_fingerprinter_token_hashes_equal_tokenize(text: str) -> None:
     """All scripts (including no-boundary ones): the production path equals tokenize + TokenHasher."""
     got = FINGERPRINTER.token_hashes(text)
-    expected = TokenHasher(1).hashes(tokenize(normalize(text)))
+    expected = TokenHasher(1).hashes(tokenize(fold(text)))
     assert np.array_equal(got, expected)

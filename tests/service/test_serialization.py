@@ -51,6 +51,22 @@ def test_signature_with_real_fingerprint():
     assert back.simhash == fp.simhash and back.exact == fp.exact and (back.minhash == fp.minhash).all()
 
 
+def test_signature_carries_the_identity_sketch_and_refuses_version_1():
+    from stream_dedup.config import EngineConfig
+    from stream_dedup.fingerprint import Fingerprint, Fingerprinter
+    from stream_dedup.record import parse_record
+
+    cfg = EngineConfig()
+    text = "Shares of Apple rose 3.2 percent to 145.50 dollars on Tuesday, said Tim Cook in New York."
+    fp = Fingerprinter(cfg).fingerprint(parse_record(json.dumps({"id": "a", "text": text}).encode(), cfg))
+    assert fp.identity.shape[0] >= 4
+    back = Fingerprint.from_bytes(SignatureRecord.decode(sig(fingerprint=fp.to_bytes()).encode()).fingerprint)
+    assert back == fp and (back.identity == fp.identity).all()
+    old = b"\x01" + fp.to_bytes()[1:]   # a stage-1 worker of the previous release
+    with pytest.raises(ValueError, match="unknown fingerprint version 1"):
+        Fingerprint.from_bytes(SignatureRecord.decode(sig(fingerprint=old).encode()).fingerprint)
+
+
 @pytest.mark.parametrize("data", [b"", b"\x00", b"\xd5\x03" + bytes(40), b"\xd5\x02\x07" + bytes(40),
                                   sig().encode()[:30],
                                   b"\xd5\x01" + bytes(24) + b"\xff\xff"])

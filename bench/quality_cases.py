@@ -1,0 +1,261 @@
+"""Streams of the error classes the dev stream barely holds, built from the shared articles.
+
+Each ``make_<class>(articles, n, seed)`` returns ``(records, truth)`` in the format of the shared
+stream (``truth`` lines: ``id``, ``cluster``, ``kind``), so ``bench/quality.py``'s ``score`` applies
+as it is: an original article is its own cluster; a *positive* variant shares its cluster (a
+detector must call it a duplicate of an earlier member); a *negative* (kind ending in ``-other``)
+is a record of a cluster of its own, made to look like an earlier record (a detector must call it
+new). Every class holds both, so precision and recall can both fail.
+
+Classes (see the README, "Detection quality beyond the dev stream"):
+
+``folding``   copies whose words carry added diacritics, Cyrillic/Greek look-alike letters,
+              full-width forms, zero-width characters and soft hyphens, plus byline and footer;
+              negatives: other articles disguised the same way.
+``short``     headline-only items (< 10 words): the headline again with other case/punctuation/
+              diacritics or one word of prefix (positives); the headline with one word replaced
+              (a different item, negatives).
+``page``      the article inside a page 1-3x its length of site text (navigation, cookie banner,
+              related stories, ads, author bio, comments); negatives: a page of the same site around
+              another, unseen article.
+``template``  look-alike reports: the article with its identity tokens replaced by others, either
+              every number and capitalised name or only the numbers (the same subject's next
+              report) (negatives), and same-story corrections with one figure changed (positives).
+
+Everything is deterministic in ``seed``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+CLASSES = ("folding", "short", "page", "template")
+
+
+def load_articles(data: Path = DEFAULT_DATA) -> list[dict]:
+    return [json.loads(line) for line in (data / "news_articles.jsonl").open()]
+
+
+def _long(articles: list[dict], min_words: int = 150) -> list[dict]:
+    return [a for a in articles if len(a["text"].split()) >= min_words]
+
+
+def _rec(rid: str, text: str) -> dict:
+    return {"id": rid, "text": text}
+
+
+def _stream(items: list[tuple[dict, dict]], rng: random.Random) -> tuple[list[dict], list[dict]]:
+    """Originals keep their order; each variant comes after its cluster's first record."""
+    return [r for r, _ in items], [t for _, t in items]
+
+
+# -- folding ---------------------------------------------------------------------------------
+_ACCENT = {"a": "àáâä", "e": "éèêë", "i": "íìîï", "o": "óòôö", "u": "úùûü", "c": "ç", "n": "ñ"}
+_CYRILLIC = {"a": "а", "e": "е", "o": "о", "p": "р", "c": "с", "x": "х", "y": "у", "i": "і",
+             "A": "А", "E": "Е", "O": "О", "P": "Р", "C": "С", "T": "Т", "H": "Н", "M": "М", "K": "К", "B": "В"}
+_GREEK = {"o": "ο", "A": "Α", "B": "Β", "E": "Ε", "H": "Η", "I": "Ι", "K": "Κ", "M": "Μ", "N": "Ν", "O": "Ο",
+          "T": "Τ", "X": "Χ"}
+_INVISIBLE = ("\u200b", "\u00ad", "\u200c", "\u2060", "\ufeff")
+
+
+def _disguise_word(rng: random.Random, w: str) -> str:
+    r = rng.random()
+    if r < 0.3:
+        spots = [i for i, ch in enumerate(w) if ch in _ACCENT]
+        if spots:
+            i = rng.choice(spots)
+            return w[:i] + rng.choice(_ACCENT[w[i]]) + w[i + 1:]
+    elif r < 0.6:
+        table = _CYRILLIC if r < 0.5 else _GREEK
+        return "".join(table.get(ch, ch) if rng.random() < 0.5 else ch for ch in w)
+    elif r < 0.75:
+        return "".join(chr(ord(ch) + 0xFEE0) if "!" <= ch <= "~" else ch for ch in w)
+    elif len(w) > 3:
+        i = rng.randrange(1, len(w) - 1)
+        return w[:i] + rng.choice(_INVISIBLE) + w[i:]
+    return w
+
+
+def disguise(rng: random.Random, text: str, rate: float) -> str:
+    return " ".join(_disguise_word(rng, w) if rng.random() < rate else w for w in text.split(" "))
+
+
+def _republish(rng: random.Random, text: str) -> str:
+    return (f"By {rng.choice(['Maria Lopez', 'John Carter', 'Aiko Tanaka'])}, Associated Press\n\n{text}\n\n"
+            "Subscribe to our newsletter for the latest headlines delivered to your inbox every morning.")
+
+
+def make_folding(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[list[dict], list[dict]]:
+    rng = random.Random(seed)
+    picked = rng.sample(_long(articles), 2 * n)
+    items = []
+    for i, a in enumerate(picked[:n]):
+        items.append((_rec(a["id"], a["text"]), {"id": a["id"], "cluster": a["id"], "kind": "original"}))
+        rate = rng.uniform(0.1, 0.4)
+        text = disguise(rng, a["text"], rate)
+        if i % 2:
+            text = _republish(rng, text)
+        vid = f"{a['id']}-fold"
+        items.append((_rec(vid, text), {"id": vid, "cluster": a["id"], "kind": "folding"}))
+    for a in picked[n:]:  # unseen articles, disguised alike: new
+        vid = f"{a['id']}-fold-other"
+        items.append((_rec(vid, disguise(rng, a["text"], 0.3)), {"id": vid, "cluster": vid, "kind": "folding-other"}))
+    return _stream(items, rng)
+
+
+# -- short texts -----------------------------------------------------------------------------
+_PREFIXES = ("BREAKING:", "WATCH:", "Update:", "LIVE:")
+
+
+def _title_words(a: dict) -> list[str]:
+    return a["title"].split()
+
+
+def make_short(articles: list[dict], n: int = 200, seed: int = 1) -> tuple[list[dict], list[dict]]:
+    rng = random.Random(seed)
+    pool = [a for a in articles if 5 <= len(_title_words(a)) <= 8]
+    picked = rng.sample(pool, n)
+    vocab = sorted({w for a in pool for w in _title_words(a) if len(w) > 3 and w.isalpha()})
+    items = []
+    for a in picked:
+        title = a["title"].strip()
+        items.append((_rec(a["id"], title), {"id": a["id"], "cluster": a["id"], "kind": "original"}))
+        kind = rng.choice(("case", "punct", "prefix"))
+        if kind == "case":
+            variant = title.upper() if rng.random() < 0.5 else title.lower()
+        elif kind == "punct":
+            variant = disguise(rng, title.replace("'", "\u2019"), 0.3) + rng.choice((".", " -", "!"))
+        else:
+            variant = f"{rng.choice(_PREFIXES)} {title}"
+        vid = f"{a['id']}-h"
+        items.append((_rec(vid, variant), {"id": vid, "cluster": a["id"], "kind": f"short-{kind}"}))
+        words = _title_words(a)
+        i = rng.choice([0, len(words) - 1, rng.randrange(len(words))])  # first, last or any word replaced
+        other = words[:i] + [rng.choice(vocab)] + words[i + 1:]
+        oid = f"{a['id']}-h-other"
+        items.append((_rec(oid, " ".join(other)), {"id": oid, "cluster": oid, "kind": "short-other"}))
+    return _stream(items, rng)
+
+
+# -- the original inside a longer page -------------------------------------------------------
+_SITES = ("metronews", "valleytimes", "citypost", "eveningstar")
+_COOKIE = ("We use cookies and similar technologies to improve your experience, personalise content and ads, "
+           "provide social media features and analyse our traffic. By clicking Accept all you agree to this. "
+           "You can change your choices at any time in Privacy settings. Accept all. Reject all. Manage options.")
+_ADS = ("Advertisement. Sponsored: This simple trick cuts your energy bill in half, experts say. Shop the deals "
+        "of the week now. Advertisement. Get unlimited digital access for just 1 dollar a week. Cancel anytime.")
+
+
+def _site_text(site: str) -> tuple[str, str]:
+    nav = (f"{site.title()} Home World US Politics Business Tech Science Health Sports Entertainment "
+           f"Opinion Video Podcasts Newsletters Sign in Subscribe Search {site} Edition")
+    bio = (f"The author is a senior correspondent for {site.title()} covering politics and world affairs. "
+           f"Follow on social media and send tips to newsroom@{site}.example. Previously worked at several "
+           "regional dailies and won awards for investigative reporting.")
+    return nav, bio
+
+
+def _comments(rng: random.Random, k: int) -> str:
+    lines = ["This is exactly what I expected to happen.", "Does anyone have a source for this claim?",
+             "Great reporting, thank you for covering this.", "I disagree with most of what is said here.",
+             "Who pays for all of this in the end?", "Finally some good news for once.",
+             "The comment section never disappoints.", "Read the whole thing before commenting, people."]
+    return "Comments. " + " ".join(f"user{rng.randrange(10000)} wrote: {rng.choice(lines)}" for _ in range(k))
+
+
+def page(rng: random.Random, a: dict, articles: list[dict], ratio: float, site: str) -> str:
+    """``a``'s text inside site text of about ``ratio`` x its length."""
+    nav, bio = _site_text(site)
+    target = ratio * len(a["text"].split())
+    blocks = [nav, _COOKIE, _ADS, bio]
+    related = []
+    while sum(len(b.split()) for b in blocks + related) < target:
+        if rng.random() < 0.6:
+            o = rng.choice(articles)
+            related.append(f"Related: {o['title']}. {' '.join(o['text'].split()[:25])}...")
+        else:
+            related.append(_comments(rng, 3))
+    head = [nav, _COOKIE]
+    tail = [bio, _ADS] + related
+    rng.shuffle(tail)
+    cut = rng.randrange(len(tail) + 1)
+    return "\n\n".join(head + tail[:cut // 2] + [a["title"], a["text"]] + tail[cut // 2:])
+
+
+def make_page(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[list[dict], list[dict]]:
+    rng = random.Random(seed)
+    long = _long(articles)
+    picked = rng.sample(long, 2 * n)
+    items = []
+    for a in picked[:n]:
+        items.append((_rec(a["id"], a["text"]), {"id": a["id"], "cluster": a["id"], "kind": "original"}))
+    for a in picked[:n]:
+        ratio = rng.uniform(1.0, 3.0)
+        vid = f"{a['id']}-page"
+        kind = "page-1x" if ratio < 2 else "page-2x"
+        items.append((_rec(vid, page(rng, a, long, ratio, rng.choice(_SITES))),
+                      {"id": vid, "cluster": a["id"], "kind": kind}))
+    for a in picked[n:]:  # the same sites around unseen articles: new
+        vid = f"{a['id']}-page-other"
+        items.append((_rec(vid, page(rng, a, long, rng.uniform(1.0, 3.0), rng.choice(_SITES))),
+                      {"id": vid, "cluster": vid, "kind": "page-other"}))
+    return _stream(items, rng)
+
+
+# -- look-alike templates --------------------------------------------------------------------
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_NAME = re.compile(r"(?<=[a-z,;] )[A-Z][a-z]+")  # a capitalised word inside a sentence
+
+
+def _new_number(rng: random.Random, m: re.Match) -> str:
+    s = m.group(0)
+    while True:
+        out = "".join(str(rng.randrange(10)) if ch.isdigit() else ch for ch in s)
+        if out != s:
+            return out
+
+
+def relabel(rng: random.Random, text: str, names: list[str] | None) -> str:
+    """Every number, and every capitalised name inside a sentence unless ``names`` is None, replaced:
+    another report from the same template (with ``names=None``: the same subject, other figures)."""
+    text = _NUMBER.sub(lambda m: _new_number(rng, m), text)
+    if names is None:
+        return text
+    mapping: dict[str, str] = {}
+    return _NAME.sub(lambda m: mapping.setdefault(m.group(0), rng.choice(names)), text)
+
+
+def correct(rng: random.Random, text: str) -> str:
+    """A same-story correction: one figure changed."""
+    nums = list(_NUMBER.finditer(text))
+    m = rng.choice(nums)
+    return text[:m.start()] + _new_number(rng, m) + text[m.end():]
+
+
+def make_template(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[list[dict], list[dict]]:
+    rng = random.Random(seed)
+    pool = [a for a in _long(articles, 120) if len(_NUMBER.findall(a["text"])) >= 4
+            and len(_NAME.findall(a["text"])) >= 6]
+    picked = rng.sample(pool, n)
+    names = sorted({w for a in pool for w in _NAME.findall(a["text"])})
+    items = []
+    for k, a in enumerate(picked):
+        items.append((_rec(a["id"], a["text"]), {"id": a["id"], "cluster": a["id"], "kind": "original"}))
+        oid = f"{a['id']}-tpl-other"
+        kind, label_names = ("names+figures-other", names) if k % 2 == 0 else ("figures-other", None)
+        items.append((_rec(oid, relabel(rng, a["text"], label_names)), {"id": oid, "cluster": oid, "kind": kind}))
+        vid = f"{a['id']}-fix"
+        items.append((_rec(vid, correct(rng, a["text"])), {"id": vid, "cluster": a["id"], "kind": "correction"}))
+    return _stream(items, rng)
+
+
+MAKERS = {"folding": make_folding, "short": make_short, "page": make_page, "template": make_template}
+
+
+def make(name: str, articles: list[dict], n: int | None = None, seed: int = 1) -> tuple[list[dict], list[dict]]:
+    maker = MAKERS[name]
+    return maker(articles, seed=seed) if n is None else maker(articles, n, seed)

@@ -1,0 +1,60 @@
+"""Why is B (not) a duplicate of A? Every measure the decision rules read, for one pair.
+
+:func:`explain` runs the real engine on a fresh, temporary index (A first, then B), so the
+``decision`` it reports is exactly what ``dedup`` would say about B after A, and adds the measures
+of the pair: estimated Jaccard, containment in both directions, SimHash distance, the short-text
+status, the identity agreement, and which rules pass at the given configuration.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+from .config import EngineConfig
+from .engine import Deduplicator
+from .identity import agreement
+from .minhash import containment
+from .record import Article
+from .simhash import hamming
+
+
+def explain(config: EngineConfig, a: Article, b: Article) -> dict[str, Any]:
+    """The decision on ``b`` after ``a``, and the pair's measures (a JSON-ready dict)."""
+    c = config
+    with tempfile.TemporaryDirectory() as tmp, Deduplicator(c, tmp) as dedup:
+        fa, fb = dedup.fingerprint(a), dedup.fingerprint(b)
+        dedup.decide(a.id, fa, now=0.0)
+        decision = dedup.decide(b.id, fb, now=1.0).to_event()
+        short = {a.id: dedup.is_short_text(fa.n_shingles), b.id: dedup.is_short_text(fb.n_shingles)}
+    j = float((fa.minhash == fb.minhash).mean())
+    b_in_a = containment(j, fb.n_shingles, fa.n_shingles)
+    a_in_b = containment(j, fa.n_shingles, fb.n_shingles)
+    ham = hamming(fa.simhash, fb.simhash)
+    agreed = agreement(fb.identity, fa.identity, c.identity_min_tokens)
+    is_short = any(short.values())
+    rules = {
+        "exact": fa.exact == fb.exact,
+        "minhash": j >= (c.short_text_jaccard if is_short else c.jaccard_threshold)
+        and not (is_short and c.short_text_jaccard >= 1.0),
+        "containment new_in_earlier": not is_short and fb.n_shingles >= c.min_containment_shingles
+        and b_in_a >= c.containment_threshold,
+        "containment earlier_in_new": not is_short and bool(c.containment_both_ways)
+        and fa.n_shingles >= max(c.min_containment_shingles, c.min_contained_earlier_shingles)
+        and a_in_b >= c.containment_threshold,
+        "simhash": not is_short and ham <= c.simhash_k and j >= c.simhash_min_jaccard,
+        "identity disagrees (look-alike)": c.identity_threshold > 0 and agreed is not None
+        and agreed < c.identity_threshold,
+    }
+    return {
+        "earlier": a.id, "new": b.id,
+        "decision": decision,
+        "jaccard": round(j, 4),
+        "shingles": {a.id: fa.n_shingles, b.id: fb.n_shingles},
+        "containment": {"new_in_earlier": round(b_in_a, 4), "earlier_in_new": round(a_in_b, 4)},
+        "hamming_distance": ham,
+        "short_text": short,
+        "identity": {"tokens_sampled": {a.id: int(fa.identity.shape[0]), b.id: int(fb.identity.shape[0])},
+                     "agreement": None if agreed is None else round(agreed, 4)},
+        "rules_passed": [name for name, hit in rules.items() if hit],
+    }

@@ -1,0 +1,265 @@
+"""Identity tokens in context: what makes two look-alike reports different news.
+
+Earnings reports, sports results, weather and market summaries are written from templates: two
+reports share 80-95 % of their words and differ in their numbers, amounts, dates and names. Word
+shingles call them near-duplicates. Here the text is read as a stream of *items*:
+
+* a **number**: a run of ASCII digits, joined with the next runs across single ``.``, ``,``, ``:``
+  or ``/`` (``3.5``, ``1,200``, ``10:30``, ``2017/02/03``); a word that merely holds digits
+  (``20th``, ``G20``) is a word;
+* a **word**: any other ``\\w+`` run. A word is a **name** when it starts with a capital letter
+  inside a sentence, i.e. after a lower-case ASCII letter, digit, comma, colon or semicolon and a
+  space (names, places, organisations, months, weekdays; the first word of a sentence is skipped,
+  because any word is capitalised there).
+
+Numbers and names are the *identity tokens*. Each is recorded with its **context**, the two items
+before it, as one 32-bit *pair*: 16 bits of a hash of the context, one bit "is a number", then 15
+bits of a hash of the token (items folded like the text, :func:`stream_dedup.folding.fold`). A fingerprint keeps the
+``IDENTITY_K`` smallest distinct pairs of numbers and as many of names (a bottom-k sample of
+contexts per kind, sorted).
+
+**Agreement** (:func:`agreement`): among the contexts both articles have (on the hash range both
+samples cover completely), the share where they also have a same token; computed over all identity
+tokens and over numbers alone (from ``MIN_NUMBER_CONTEXTS`` common contexts), and the lower of
+the two counts (the same company's next quarterly report keeps its names and changes its figures). A template filled with
+other figures and names has the same contexts with other tokens: agreement near 0. A trimmed copy,
+a copy with a byline, dateline and footer (new contexts, which are not compared), or a correction
+that changes one figure of twenty: agreement near 1.
+
+**The rule** (see :mod:`stream_dedup.engine`): a candidate that passes the text rules is not a
+duplicate when at least ``identity_min_tokens`` contexts are shared and the agreement is below
+``identity_threshold``: the article is ``new`` and its event names the look-alike in
+``template_of``.
+
+The text is read after folding all but its case (invisible characters, NFKC, look-alike letters,
+Latin diacritics). Text that is then ASCII, or ASCII apart from common punctuation, takes a
+compiled byte scan (:func:`identity_pairs_ascii`); other text the Python reference
+(:func:`identity_pairs_reference`), which gives the same pairs on ASCII text (a test checks it).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from numba import njit
+
+from .folding import fold
+from .hashing import token_hash
+from .kernels import _fmix, _murmur3_64_padded
+from .text import ascii_equivalent
+
+IDENTITY_K = 24  # pairs kept per kind (numbers, names): a sketch holds at most 48
+MIN_NUMBER_CONTEXTS = 2
+IDENTITY_SEED = 0x1D7E
+_EMPTY = np.zeros(0, dtype=np.uint32)
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_WORD = re.compile(r"\w+")
+_NUMBER_JOINERS = ".,:/"
+_BEFORE_NAME = "abcdefghijklmnopqrstuvwxyz0123456789,;:"
+
+
+def _fmix_py(k: int) -> int:
+    k ^= k >> 33
+    k = (k * 0xFF51AFD7ED558CCD) & _M64
+    k ^= k >> 33
+    k = (k * 0xC4CEB9FE1A85EC53) & _M64
+    return k ^ (k >> 33)
+
+
+def _pair(prev2: int, prev1: int, token: int, number: bool) -> int:
+    ctx = _fmix_py((prev2 * _GOLDEN + prev1) & _M64)
+    return ((ctx >> 48) << 16) | (number << 15) | (token & 0x7FFF)
+
+
+def _ascii_digits(w: str) -> bool:
+    return w.isascii() and w.isdigit()
+
+
+def identity_items(text: str) -> list[tuple[str, int]]:
+    """The items of ``text`` (not folded yet), each with 0 (a word), 1 (a name) or 2 (a number)."""
+    runs = [(m.start(), m.end(), m.group()) for m in _WORD.finditer(text)]
+    items: list[tuple[str, bool]] = []
+    i = 0
+    while i < len(runs):
+        s, e, w = runs[i]
+        if _ascii_digits(w):
+            while (i + 1 < len(runs) and runs[i + 1][0] == e + 1 and text[e] in _NUMBER_JOINERS
+                   and _ascii_digits(runs[i + 1][2])):
+                i += 1
+                e = runs[i][1]
+            items.append((text[s:e], 2))
+        else:
+            name = w[0].isupper() and s >= 2 and text[s - 1] == " " and text[s - 2] in _BEFORE_NAME
+            items.append((w, int(name)))
+        i += 1
+    return items
+
+
+def identity_pairs_reference(text: str) -> np.ndarray:
+    """The identity sketch through :func:`identity_items` (any text)."""
+    items = identity_items(text)
+    memo: dict[str, int] = {}
+
+    def h(k: int) -> int:  # hashed only where needed: identity tokens and the two items before each
+        if k < 0:
+            return 0
+        tok = items[k][0]
+        v = memo.get(tok)
+        if v is None:
+            v = memo[tok] = token_hash(fold(tok).encode("utf-8", "surrogatepass"), IDENTITY_SEED)
+        return v
+    pairs = [_pair(h(k - 2), h(k - 1), h(k), kind == 2) for k, (_, kind) in enumerate(items) if kind]
+    return _select(np.array(pairs, dtype=np.uint32))
+
+
+@njit(cache=True)
+def _select_kernel(pairs, k):
+    """The ``k`` smallest distinct pairs of each kind (number bit set or not), sorted."""
+    ordered = np.sort(pairs)
+    out = np.empty(min(ordered.shape[0], 2 * k), dtype=np.uint32)
+    m = numbers = names = 0
+    for t in range(ordered.shape[0]):
+        x = ordered[t]
+        if t > 0 and x == ordered[t - 1]:
+            continue
+        if x & 0x8000:
+            if numbers < k:
+                out[m] = x
+                m += 1
+                numbers += 1
+        elif names < k:
+            out[m] = x
+            m += 1
+            names += 1
+    return out[:m]
+
+
+def _select(pairs: np.ndarray) -> np.ndarray:
+    """The ``IDENTITY_K`` smallest distinct pairs of each kind, sorted."""
+    return _select_kernel(pairs.astype(np.uint32, copy=False), IDENTITY_K) if pairs.shape[0] else _EMPTY
+
+
+@njit(cache=True, inline="always")
+def _is_word_byte(c):
+    return (48 <= c <= 57) or (65 <= c <= 90) or (97 <= c <= 122) or c == 95
+
+
+@njit(cache=True)
+def identity_pairs_ascii(buf, seed):
+    """:func:`identity_pairs_reference` as a byte scan of ASCII-compatible UTF-8 (bytes >= 0x80 are
+    separators, as the common punctuation they encode is); unsorted, with repeats."""
+    n = buf.shape[0]
+    low = np.zeros(n + 16, dtype=np.uint8)
+    for i in range(n):
+        c = buf[i]
+        low[i] = c + 32 if 65 <= c <= 90 else c
+    out = np.empty(n // 2 + 1, dtype=np.uint32)
+    m = 0
+    s1 = e1 = s2 = e2 = -1  # the two items before (start, end; -1 = none): hashed only when needed
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    i = 0
+    while i < n:
+        if not _is_word_byte(buf[i]):
+            i += 1
+            continue
+        s = i
+        digits = True
+        while i < n and _is_word_byte(buf[i]):
+            if not (48 <= buf[i] <= 57):
+                digits = False
+            i += 1
+        ident = digits
+        if digits:  # join digit runs across one . , : / (the next run all digits)
+            while i + 1 < n and (buf[i] == 46 or buf[i] == 44 or buf[i] == 58 or buf[i] == 47) \
+                    and 48 <= buf[i + 1] <= 57:
+                j = i + 1
+                while j < n and 48 <= buf[j] <= 57:
+                    j += 1
+                if j < n and _is_word_byte(buf[j]):
+                    break
+                i = j
+        elif 65 <= buf[s] <= 90 and s >= 2 and buf[s - 1] == 32:
+            p = buf[s - 2]
+            ident = (97 <= p <= 122) or (48 <= p <= 57) or p == 44 or p == 59 or p == 58
+        if ident:
+            h = _murmur3_64_padded(low, s, i, seed)
+            prev1 = _murmur3_64_padded(low, s1, e1, seed) if s1 >= 0 else np.uint64(0)
+            prev2 = _murmur3_64_padded(low, s2, e2, seed) if s2 >= 0 else np.uint64(0)
+            ctx = _fmix(prev2 * golden + prev1)
+            kind = np.uint64(0x8000) if digits else np.uint64(0)
+            out[m] = np.uint32(((ctx >> np.uint64(48)) << np.uint64(16)) | kind | (h & np.uint64(0x7FFF)))
+            m += 1
+        s2, e2 = s1, e1
+        s1, e1 = s, i
+    return out[:m]
+
+
+def identity_sketch(text: str, diacritics: bool = True) -> np.ndarray:
+    """Sorted uint32 pairs: the ``IDENTITY_K`` smallest distinct (context, identity token) pairs of each kind.
+
+    Non-ASCII text is folded first, all but its case (``fold(text, diacritics, case=False)``), so
+    that text which is then ASCII apart from common punctuation takes the compiled scan too.
+    """
+    if not text.isascii():
+        text = fold(text, diacritics, case=False)
+    if text.isascii() or ascii_equivalent(text) is not None:
+        return _select(identity_pairs_ascii(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
+                                            IDENTITY_SEED))
+    return identity_pairs_reference(text)
+
+
+@njit(cache=True)
+def _kind_counts(a, b, flag, k):
+    """(contexts common to both sketches, of which with a same token) over the pairs of one kind
+    (``flag`` = 0x8000 numbers, 0 names), on the context range both samples cover completely."""
+    fa = a[(a & 0x8000) == flag]
+    fb = b[(b & 0x8000) == flag]
+    tau = 1 << 16
+    if fa.shape[0] >= k:  # a full sample may have cut its last context's tokens short: compare below it
+        tau = min(tau, int(fa[-1] >> 16))
+    if fb.shape[0] >= k:
+        tau = min(tau, int(fb[-1] >> 16))
+    i = j = common = same = 0
+    while i < fa.shape[0] and j < fb.shape[0]:
+        ca, cb = int(fa[i] >> 16), int(fb[j] >> 16)
+        if ca >= tau or cb >= tau:
+            break
+        if ca < cb:
+            i += 1
+        elif ca > cb:
+            j += 1
+        else:
+            ie, je = i, j
+            while ie < fa.shape[0] and int(fa[ie] >> 16) == ca:
+                ie += 1
+            while je < fb.shape[0] and int(fb[je] >> 16) == ca:
+                je += 1
+            common += 1
+            p, q = i, j
+            while p < ie and q < je:
+                if fa[p] == fb[q]:
+                    same += 1
+                    break
+                if fa[p] < fb[q]:
+                    p += 1
+                else:
+                    q += 1
+            i, j = ie, je
+    return common, same
+
+
+def agreement(a: np.ndarray, b: np.ndarray, min_contexts: int = 1) -> float | None:
+    """Share of the contexts common to both sketches where both have a same token: the lower of
+    that share over all identity tokens (with at least ``min_contexts`` common contexts) and over
+    numbers alone (with at least ``MIN_NUMBER_CONTEXTS``: a template may keep its names and change
+    only its figures); None when neither has enough."""
+    cn, sn = _kind_counts(a, b, 0x8000, IDENTITY_K)
+    cw, sw = _kind_counts(a, b, 0, IDENTITY_K)
+    shares = []
+    if cn + cw >= min_contexts:
+        shares.append((sn + sw) / (cn + cw))
+    if cn >= MIN_NUMBER_CONTEXTS:
+        shares.append(sn / cn)
+    return min(shares) if shares else None

@@ -1,0 +1,118 @@
+"""stream_dedup.identity: identity tokens in context, the compiled scan equal to the reference,
+agreement on both sides of the look-alike rule, and the engine's template_of decision."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stream_dedup.config import EngineConfig
+from stream_dedup.engine import Deduplicator
+from stream_dedup.folding import fold
+from stream_dedup.identity import agreement, identity_items, identity_pairs_reference, identity_sketch
+from stream_dedup.record import Article
+
+REPORT = ("Shares of Apple rose 3.2 percent to 145.50 dollars on Tuesday, after the company reported revenue of "
+          "78.4 billion dollars for the quarter ending December 31, up from 75.9 billion a year earlier. "
+          "Analysts at Morgan Stanley had expected 77.3 billion. The company said iPhone sales reached 78.3 "
+          "million units, while services revenue grew to 7.2 billion, and it forecast 51.5 billion to 53.5 "
+          "billion for the March quarter. Chief executive Tim Cook said demand in China was strong, and "
+          "shares of Apple closed at 146.20 in New York, giving the company a value of 765 billion dollars.")
+TEMPLATE = (" The results were published after the close of regular trading, and the company will hold a "
+            "conference call with analysts and investors later in the day to discuss the outlook for the rest of "
+            "the fiscal year, including the expected impact of currency movements, component costs and new "
+            "product launches on its margins, which the market watches closely as a sign of how well the "
+            "business is doing against its competitors in the smartphone and computer markets. Investors will "
+            "also look for any update on the plans to return cash to shareholders through dividends and share "
+            "buybacks, and for comments on how the supply chain is coping with demand for the newest models.")
+REPORT += TEMPLATE
+# the same template, another company and other figures
+OTHER = ("Shares of Cisco rose 1.7 percent to 32.10 dollars on Tuesday, after the company reported revenue of "
+         "11.6 billion dollars for the quarter ending January 28, up from 11.1 billion a year earlier. "
+         "Analysts at Goldman Sachs had expected 11.3 billion. The company said router sales reached 12.4 "
+         "million units, while services revenue grew to 3.1 billion, and it forecast 11.4 billion to 11.9 "
+         "billion for the April quarter. Chief executive Chuck Robbins said demand in Europe was strong, and "
+         "shares of Cisco closed at 32.40 in New York, giving the company a value of 161 billion dollars."
+         + TEMPLATE)
+# the same company's next report: its names kept, other figures
+NEXT = REPORT
+for old, new in (("3.2", "1.1"), ("145.50", "151.20"), ("78.4", "52.9"), ("31", "30"), ("75.9", "50.6"),
+                 ("77.3", "53.1"), ("78.3", "41.0"), ("7.2", "7.9"), ("51.5", "43.5"), ("53.5", "45.5"),
+                 ("146.20", "152.00"), ("765", "801")):
+    NEXT = NEXT.replace(old, new)
+CORRECTED = REPORT.replace("78.3 million", "78.29 million")   # one figure corrected
+
+
+def test_items() -> None:
+    items = [(fold(t), kind) for t, kind in
+             identity_items("He said 1,200 people, and Mr Smith met Ana in Zürich on 10:30. The 20th G20")]
+    assert ("1,200", 2) in items and ("10:30", 2) in items
+    assert ("smith", 1) in items and ("ana", 1) in items and ("zurich", 1) in items   # folded
+    assert ("he", 0) in items and ("the", 0) in items                              # sentence starts
+    assert ("mr", 1) in items                                                      # inside a sentence: a name
+    assert ("20th", 0) in items and ("g20", 1) in items                            # words holding digits
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(list("aZ9 0.,:;/'_-\n") + ["Mr ", "Apple ", "3.5 ", "x", "\u2019"]), max_size=80)
+       .map("".join))
+def test_compiled_scan_equals_reference(text: str) -> None:
+    assert np.array_equal(identity_sketch(text), identity_pairs_reference(text))
+
+
+def test_agreement_on_both_sides() -> None:
+    report = identity_sketch(REPORT)
+    assert agreement(report, identity_sketch(OTHER), 4) < 0.5             # another company's report
+    assert agreement(report, identity_sketch(NEXT), 4) < 0.5              # same names, other figures
+    assert agreement(report, identity_sketch(CORRECTED), 4) >= 0.9        # one figure corrected
+    trimmed = REPORT[: REPORT.index(" Chief")]
+    republished = "By Maria Lopez, Associated Press\n\nNEW YORK (AP) — " + trimmed + " Copyright 2017 AP."
+    assert agreement(report, identity_sketch(republished), 4) == 1.0      # new contexts are not compared
+    assert agreement(report, identity_sketch("no names or figures here at all"), 4) is None
+
+
+@pytest.mark.parametrize(("text", "duplicate"), [(OTHER, False), (NEXT, False), (CORRECTED, True)])
+def test_engine_template_rule(tmp_path, text: str, duplicate: bool) -> None:
+    with Deduplicator(EngineConfig(), tmp_path / "on") as dedup:
+        dedup.process(Article(id="report", text=REPORT))
+        d = dedup.process(Article(id="b", text=text))
+        again = dedup.process(Article(id="b", text=text))   # a replay keeps every field
+        assert again.seen_before and {**again.to_event(), "seen_before": False} == d.to_event()
+    assert d.is_duplicate == duplicate
+    if not duplicate:
+        assert d.template_of == "report" and d.identity_overlap < 0.5
+        assert d.to_event()["template_of"] == "report"
+        # the text rules alone call it a duplicate: the identity check decides
+        with Deduplicator(EngineConfig(identity_threshold=0), tmp_path / "off") as dedup:
+            dedup.process(Article(id="report", text=REPORT))
+            assert dedup.process(Article(id="b", text=text)).is_duplicate
+
+
+def _brute_agreement(a: np.ndarray, b: np.ndarray, min_contexts: int) -> float | None:
+    from stream_dedup.identity import IDENTITY_K, MIN_NUMBER_CONTEXTS
+    counts = []
+    for flag in (0x8000, 0):
+        fa = sorted(int(x) for x in a if int(x) & 0x8000 == flag)
+        fb = sorted(int(x) for x in b if int(x) & 0x8000 == flag)
+        tau = min([1 << 16] + [f[-1] >> 16 for f in (fa, fb) if len(f) >= IDENTITY_K])
+        common = {x >> 16 for x in fa if x >> 16 < tau} & {x >> 16 for x in fb if x >> 16 < tau}
+        same = {x >> 16 for x in set(fa) & set(fb) if x >> 16 < tau}
+        counts.append((len(common), len(same)))
+    (cn, sn), (cw, sw) = counts
+    shares = ([(sn + sw) / (cn + cw)] if cn + cw >= min_contexts else []) + ([sn / cn] if cn >= MIN_NUMBER_CONTEXTS else [])
+    return min(shares) if shares else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=80), st.lists(st.integers(0, 40), max_size=80), st.integers(0, 1))
+def test_agreement_equals_brute_force(xs: list[int], ys: list[int], fold_kind: int) -> None:
+    """Small context and token ranges, so contexts collide and both samples fill up."""
+    from stream_dedup.identity import _select
+
+    def pairs(vals: list[int]) -> np.ndarray:
+        return _select(np.array([((v % 7) << 16) | ((v % 2) << 15) * fold_kind | (v // 7) for v in vals], dtype=np.uint32))
+    a, b = pairs(xs), pairs(ys)
+    if a.shape[0] and b.shape[0]:
+        assert agreement(a, b, 1) == _brute_agreement(a, b, 1)

@@ -1,0 +1,124 @@
+"""The error classes of bench/quality_cases.py: each rule on both sides, and each class's stream
+scored with bench/quality.py (small streams built from the shared articles; skipped without them)."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from stream_dedup.config import EngineConfig
+from stream_dedup.engine import Deduplicator
+from stream_dedup.record import Article
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cases = _bench("quality_cases")
+ARTICLES = cases.load_articles() if (cases.DEFAULT_DATA / "news_articles.jsonl").exists() else []
+needs_articles = pytest.mark.skipif(not ARTICLES, reason="no shared articles in ../shared/data")
+
+
+def _decide(tmp_path: Path, texts: list[str], **config) -> list:
+    with Deduplicator(EngineConfig(**config), tmp_path) as dedup:
+        return [dedup.process(Article(id=f"r{i}", text=t)) for i, t in enumerate(texts)]
+
+
+# -- short texts ---------------------------------------------------------------------------------
+HEADLINE = "Hungarian foreign minister says sanctions against Moscow failed"   # 8 words
+
+
+def test_short_text_with_one_word_replaced_is_new(tmp_path: Path) -> None:
+    other = HEADLINE.replace("failed", "worked")
+    first, second = _decide(tmp_path / "a", [HEADLINE, other])
+    assert second.type == "new"
+    # without the rule the plain Jaccard threshold calls it a duplicate (J = 5/7)
+    assert _decide(tmp_path / "b", [HEADLINE, other], short_text_words=0)[1].is_duplicate
+
+
+def test_short_text_copies_match_exactly_or_above_the_short_threshold(tmp_path: Path) -> None:
+    texts = [HEADLINE, HEADLINE.upper() + "!", "Hungarian foreign minister says sanctions against Mоscow failed",
+             "BREAKING: " + HEADLINE + " again"]
+    d = _decide(tmp_path / "a", texts)
+    assert [x.method for x in d[1:3]] == ["exact", "exact"]      # case, punctuation, look-alike letter
+    assert d[3].type == "new"                                       # two words added: J = 5/7 < 0.8
+    d = _decide(tmp_path / "b", [HEADLINE + " today", "WATCH: " + HEADLINE + " today"])
+    assert d[1].is_duplicate and d[1].method == "minhash" and d[1].similarity >= 0.8   # J = 6/7
+    d = _decide(tmp_path / "c", [HEADLINE + " today", "WATCH: " + HEADLINE + " today"], short_text_jaccard=1.0)
+    assert d[1].type == "new"                                       # exact match only
+
+
+def test_a_headline_is_not_contained_in_its_article(tmp_path: Path) -> None:
+    body = " ".join(f"word{i}" for i in range(200))
+    d = _decide(tmp_path, ["Sanctions against Moscow failed, says minister " + body,
+                           "Sanctions against Moscow failed, says minister"])
+    assert d[1].type == "new"
+
+
+# -- containment both ways -----------------------------------------------------------------------
+@needs_articles
+def test_the_original_inside_a_longer_page_is_found_both_ways(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    article = next(a for a in ARTICLES if 300 <= len(a["text"].split()) <= 500)
+    page = cases.page(rng, article, ARTICLES[:500], 1.5, "citypost")
+    d = _decide(tmp_path / "a", [article["text"], page])
+    assert d[1].is_duplicate and d[1].method == "containment" and d[1].direction == "earlier_in_new"
+    assert d[1].to_event()["direction"] == "earlier_in_new"
+    assert _decide(tmp_path / "b", [article["text"], page], containment_both_ways=0)[1].type == "new"
+    d = _decide(tmp_path / "c", [page, article["text"]])   # the page first: the old direction
+    assert d[1].is_duplicate and d[1].direction == "new_in_earlier"
+
+
+@needs_articles
+def test_a_page_of_the_same_site_around_another_article_is_new(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    a, b = [x for x in ARTICLES if 300 <= len(x["text"].split()) <= 500][:2]
+    d = _decide(tmp_path, [cases.page(rng, a, ARTICLES[:500], 2.0, "citypost"),
+                           cases.page(rng, b, ARTICLES[:500], 2.0, "citypost")])
+    assert d[1].type == "new"
+
+
+def test_a_short_earlier_blurb_inside_a_new_article_is_not_evidence(tmp_path: Path) -> None:
+    blurb = ("HuffPost Entertainment is your one-stop shop for celebrity news, hilarious late-night bits, industry "
+             "and awards coverage and more, sent right to your inbox six days a week. Learn more")
+    body = " ".join(f"token{i} filler{i % 7}" for i in range(40))
+    assert _decide(tmp_path / "a", [blurb, body + " " + blurb])[1].type == "new"
+    assert _decide(tmp_path / "b", [blurb, body + " " + blurb], min_contained_earlier_shingles=20)[1].is_duplicate
+
+
+# -- the class streams, scored as bench/quality.py scores them -----------------------------------
+@needs_articles
+def test_class_streams_are_deterministic_and_hold_both_sides() -> None:
+    for name in cases.CLASSES:
+        records, truth = cases.make(name, ARTICLES, 10, seed=5)
+        assert (records, truth) == cases.make(name, ARTICLES, 10, seed=5)
+        assert [r["id"] for r in records] == [t["id"] for t in truth]
+        kinds = {t["kind"] for t in truth}
+        assert "original" in kinds and any(k.endswith("-other") for k in kinds), (name, kinds)
+        assert any(k != "original" and not k.endswith("-other") for k in kinds), (name, kinds)
+
+
+@needs_articles
+@pytest.mark.parametrize(("name", "min_precision", "min_recall", "max_lookalikes"), [
+    ("folding", 1.0, 0.95, 0),
+    ("short", 0.95, 0.75, 1),
+    ("page", 0.98, 0.6, 0),
+    ("template", 0.95, 0.95, 2),
+])
+def test_class_figures(name: str, min_precision: float, min_recall: float, max_lookalikes: int) -> None:
+    quality = _bench("quality")
+    s = quality.class_figures(EngineConfig(), ARTICLES, name, 40, seed=2)
+    assert s["precision"] >= min_precision, s["false_positives"]
+    assert s["recall"] >= min_recall, s["per_kind"]
+    assert s["negatives_flagged"] <= max_lookalikes
