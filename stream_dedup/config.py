@@ -115,7 +115,7 @@ class EngineConfig:
     identity_threshold: float = _opt(
         0.5, "A text match is not a duplicate when, among the contexts both articles give an identity token "
              "(number, capitalised name), fewer than this share hold a same token: a look-alike report, new, "
-             "with template_of (0 = no check).")
+             "with template_of (0 = no check, and no identity sketch is computed: about 35 us less per article).")
     identity_min_tokens: int = _opt(
         4, "The identity check needs at least this many contexts in common (else it does not apply).")
     simhash_k: int = _opt(3, "SimHash: fingerprints within this Hamming distance are near-duplicates.")

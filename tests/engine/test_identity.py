@@ -116,3 +116,12 @@ def test_agreement_equals_brute_force(xs: list[int], ys: list[int], fold_kind: i
     a, b = pairs(xs), pairs(ys)
     if a.shape[0] and b.shape[0]:
         assert agreement(a, b, 1) == _brute_agreement(a, b, 1)
+
+
+def test_no_identity_sketch_when_the_check_is_off() -> None:
+    from stream_dedup.fingerprint import Fingerprinter
+    on = Fingerprinter(EngineConfig()).fingerprint_text(REPORT)
+    off = Fingerprinter(EngineConfig(identity_threshold=0)).fingerprint_text(REPORT)
+    assert on.identity.shape[0] > 4 and off.identity.shape[0] == 0
+    assert (on.exact, on.simhash, on.minhash.tolist()) == (off.exact, off.simhash, off.minhash.tolist())
+    assert Fingerprinter(EngineConfig(identity_threshold=0)).fingerprint_reference(REPORT) == off
