@@ -47,23 +47,27 @@ from pathlib import Path
 
 import mmh3
 import numpy as np
-import orjson
 from rocksdict import MemtableFactory, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from .index_options import MemoryBudget, cache_counts
+from .index_record import (
+    _RECORD,
+    _SIG_DTYPE,
+    SIGNATURE_BITS,
+    StoredArticle,
+    _pack_record,
+    _record_ids,
+    _unpack_record,
+    stored_signature,
+)
 from .kernels import equal_counts
 
 _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
 _TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
 _TABLE_SEEK = struct.Struct(">BQ")    # table, permuted simhash masked to the table's key
-_RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
-_LENGTHS = struct.Struct(">HH")      # UTF-8 lengths of the article id and its cluster root id
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
-FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
 _SCHEMA = 4             # 4: 16-bit signature rows and LSH bucket keys (3: 32-bit)
-SIGNATURE_BITS = 16     # bits kept of each MinHash row in the index (b-bit minwise hashing)
-_SIG_DTYPE = np.dtype(">u2")
 _POINTS, _SIMHASH, _TIME = "points", "simhash", "time"
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
@@ -77,63 +81,6 @@ class Lookup:
     lsh: set[int]                   # members of the signature's LSH buckets
     simhash: set[int]               # entries of the SimHash tables within the probe distance
     buckets: list[bytes | None]     # raw bucket values, appended to by ``insert``
-
-
-@dataclass(frozen=True)
-class StoredArticle:
-    seq: int
-    article_id: str
-    root_id: str
-    first_seen: float
-    simhash: int
-    n_shingles: int
-    exact: bytes
-    indexed: bool
-    minhash: np.ndarray
-    decision_json: bytes
-
-    @property
-    def decision(self) -> dict | list:
-        """The decision first returned for this article (parsed on demand: only replays need it)."""
-        return orjson.loads(self.decision_json)
-
-
-def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes,
-                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list) -> bytes:
-    aid = article_id.encode("utf-8", "surrogatepass")
-    rid = root_id.encode("utf-8", "surrogatepass")
-    return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
-                     stored_signature(minhash).tobytes(), _LENGTHS.pack(len(aid), len(rid)), aid, rid,
-                     orjson.dumps(decision)))
-
-
-def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
-    """(article id, cluster root id, offset of the decision JSON) of a packed record."""
-    pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
-    id_len, root_len = _LENGTHS.unpack_from(value, pos)
-    pos += _LENGTHS.size
-    end = pos + id_len + root_len
-    return (value[pos:pos + id_len].decode("utf-8", "surrogatepass"),
-            value[pos + id_len:end].decode("utf-8", "surrogatepass"), end)
-
-
-def _unpack_record(seq: int, value: bytes, num_perm: int) -> StoredArticle:
-    first_seen, simhash, n, flags, exact = _RECORD.unpack_from(value)
-    sig = np.frombuffer(value, dtype=_SIG_DTYPE, count=num_perm, offset=_RECORD.size).copy()
-    article_id, root_id, decision_at = _record_ids(value, num_perm)
-    return StoredArticle(seq, article_id, root_id, first_seen, simhash, n, exact,
-                         bool(flags & FLAG_INDEXED), sig, value[decision_at:])
-
-
-def stored_signature(minhash: np.ndarray) -> np.ndarray:
-    """The signature as the index keeps it: the low 16 bits of each row, big-endian (no copy if it is).
-
-    Li & Koenig's b-bit minwise hashing: two rows agree by accident with probability 2^-b when
-    their minima differ, so the Jaccard estimate is corrected (:func:`stream_dedup.minhash.bbit_jaccard`);
-    at b = 16 that is 1.5e-5, and the stored signature takes 256 bytes instead of 512. LSH bucket
-    keys are made of these rows too, so an evicted article's buckets can be found from its record.
-    """
-    return minhash if minhash.dtype == _SIG_DTYPE else minhash.astype(_SIG_DTYPE)
 
 
 def _u64(n: int) -> bytes:
