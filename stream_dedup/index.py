@@ -9,7 +9,7 @@ family     key                                        value                     
 points     ``A`` seq(8)                               article record (below)       verify, replay
 points     ``I`` mmh3(id)(8) article id (UTF-8)       seq(8)                       idempotency, remove
 points     ``X`` exact hash(16)                       seq(8)                       exact fast path
-points     ``B`` band(2) rows(4r)                     seq(8) x n, oldest first     LSH bucket
+points     ``B`` band(2) rows(2r)                     seq(4) x n, oldest first     LSH bucket
 simhash    table(1) permuted simhash(8) seq(8)        empty                        permuted tables
 time       first_seen ms(8) seq(8)                    empty                        retention order
 default    ``M`` name                                 bytes                        state, checkpoints
@@ -66,8 +66,10 @@ _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
 _TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
 _TABLE_SEEK = struct.Struct(">BQ")    # table, permuted simhash masked to the table's key
+_BUCKET_SEQ = struct.Struct(">I")    # a member of an LSH bucket: its seq (4 bytes: 37 of them per article)
+_MAX_SEQ = 2**32 - 1                  # seqs are never reused (retention included): 4.3 billion articles
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
-_SCHEMA = 4             # 4: 16-bit signature rows and LSH bucket keys (3: 32-bit)
+_SCHEMA = 4             # 4: 16-bit signature rows and LSH bucket keys, 4-byte bucket members (3: 32-bit, 8)
 _POINTS, _SIMHASH, _TIME = "points", "simhash", "time"
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
@@ -234,7 +236,7 @@ class Index:
         """
         buckets = self._points.get(bucket_keys) if bucket_keys else []
         members = b"".join([v for v in buckets if v])
-        lsh = set(np.frombuffer(members, dtype=">u8").tolist()) if members else set()
+        lsh = set(np.frombuffer(members, dtype=">u4").tolist()) if members else set()
         sim: set[int] = set()
         if table_probes:
             prefix_mask = ((1 << self.table_prefix_bits) - 1) << (64 - self.table_prefix_bits)
@@ -270,6 +272,9 @@ class Index:
         values as :meth:`lookup` read them; ``permuted`` is its SimHash permuted for each table.
         """
         seq = self.next_seq
+        if seq > _MAX_SEQ:
+            raise OverflowError(f"the index in {self.path} has numbered {seq:,} articles, the most its LSH "
+                                f"buckets can name; rebuild it in a new directory")
         s8 = _u64(seq)
         points, tables = self._cf[_POINTS], self._cf[_SIMHASH]
         wb = WriteBatch(raw_mode=True)
@@ -280,9 +285,10 @@ class Index:
         put(_u64(int(first_seen * 1000)) + s8, b"", self._cf[_TIME])
         if index_sketches:
             put(b"X" + exact, s8, points)
-            cap = 8 * self.max_bucket
+            cap = _BUCKET_SEQ.size * self.max_bucket
+            s4 = _BUCKET_SEQ.pack(seq)
             for bk, members in zip(bucket_keys, buckets, strict=True):
-                put(bk, (members + s8)[-cap:] if members else s8, points)
+                put(bk, (members + s4)[-cap:] if members else s4, points)
             pack = _TABLE_ENTRY.pack
             for table, p in enumerate(permuted):
                 put(pack(table, p, seq), b"", tables)
@@ -337,7 +343,8 @@ class Index:
             for bk, members in zip(bucket_keys, buckets, strict=True):
                 if not members:
                     continue
-                kept = b"".join(members[i:i + 8] for i in range(0, len(members), 8) if members[i:i + 8] != s8)
+                n, s4 = _BUCKET_SEQ.size, _BUCKET_SEQ.pack(art.seq)
+                kept = b"".join(members[i:i + n] for i in range(0, len(members), n) if members[i:i + n] != s4)
                 if kept:
                     wb.put(bk, kept, points)
                 else:
