@@ -109,7 +109,7 @@ class Decision:
         """The decision first returned, ``seen_before`` set: from :meth:`to_stored` with the article's
         id, or from an event dict."""
         if isinstance(stored, list):
-            data = dict(zip(_STORED_FIELDS, stored))  # trailing None values were not stored
+            data = dict(zip(_STORED_FIELDS, stored, strict=False))  # trailing None values were not stored
             data["id"] = article_id
         else:
             data = dict(stored)

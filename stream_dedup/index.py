@@ -9,7 +9,7 @@ family     key                                        value                     
 points     ``A`` seq(8)                               article record (below)       verify, replay
 points     ``I`` mmh3(id)(8) article id (UTF-8)       seq(8)                       idempotency, remove
 points     ``X`` exact hash(16)                       seq(8)                       exact fast path
-points     ``B`` band(2) rows(4r)                     seq(8) x n, oldest first     LSH bucket
+points     ``B`` band(2) rows(2r)                     seq(4) x n, oldest first     LSH bucket
 simhash    table(1) permuted simhash(8) seq(8)        empty                        permuted tables
 time       first_seen ms(8) seq(8)                    empty                        retention order
 receipts   token (the caller orders it)               offset(8) replayed(1)        delivery receipts
@@ -48,25 +48,33 @@ from pathlib import Path
 
 import mmh3
 import numpy as np
-import orjson
 from rocksdict import MemtableFactory, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from .index_options import MemoryBudget, cache_counts
+from .index_record import (
+    _RECORD,
+    _SIG_DTYPE,
+    NO_IDENTITY,
+    SIGNATURE_BITS,
+    StoredArticle,
+    _pack_record,
+    _record_identity,
+    _record_ids,
+    _unpack_record,
+    stored_signature,
+)
 from .kernels import equal_counts
 
 _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
 _TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
 _TABLE_SEEK = struct.Struct(">BQ")    # table, permuted simhash masked to the table's key
-_RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
-_LENGTHS = struct.Struct(">HHH")     # UTF-8 lengths of the article id and its cluster root id, identity sketch length
+_BUCKET_SEQ = struct.Struct(">I")    # a member of an LSH bucket: its seq (4 bytes: 37 of them per article)
+_MAX_SEQ = 2**32 - 1                  # seqs are never reused (retention included): 4.3 billion articles
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
-FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
-# 5: 16-bit signature rows and LSH bucket keys (b-bit), records hold the identity sketch, ordered
-# delivery receipts in their own family; 3: 32-bit rows
+# 5: 16-bit signature rows and LSH bucket keys, 4-byte bucket members, records hold the identity
+# sketch, ordered delivery receipts in their own family (3: 32-bit rows, 8-byte members)
 _SCHEMA = 5
-SIGNATURE_BITS = 16     # bits kept of each MinHash row in the index (b-bit minwise hashing)
-_SIG_DTYPE = np.dtype(">u2")
 _POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
@@ -80,76 +88,6 @@ class Lookup:
     lsh: set[int]                   # members of the signature's LSH buckets
     simhash: set[int]               # entries of the SimHash tables within the probe distance
     buckets: list[bytes | None]     # raw bucket values, appended to by ``insert``
-
-
-@dataclass(frozen=True)
-class StoredArticle:
-    seq: int
-    article_id: str
-    root_id: str
-    first_seen: float
-    simhash: int
-    n_shingles: int
-    exact: bytes
-    indexed: bool
-    minhash: np.ndarray
-    decision_json: bytes
-
-    @property
-    def decision(self) -> dict | list:
-        """The decision first returned for this article (parsed on demand: only replays need it)."""
-        return orjson.loads(self.decision_json)
-
-
-_NO_IDENTITY = np.zeros(0, dtype=np.uint32)
-
-
-def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes,
-                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list,
-                 identity: np.ndarray = _NO_IDENTITY) -> bytes:
-    aid = article_id.encode("utf-8", "surrogatepass")
-    rid = root_id.encode("utf-8", "surrogatepass")
-    return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
-                     stored_signature(minhash).tobytes(),
-                     _LENGTHS.pack(len(aid), len(rid), identity.shape[0]), aid, rid,
-                     identity.astype(">u4", copy=False).tobytes(), orjson.dumps(decision)))
-
-
-def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
-    """(article id, cluster root id, offset of the decision JSON) of a packed record."""
-    pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
-    id_len, root_len, k = _LENGTHS.unpack_from(value, pos)
-    pos += _LENGTHS.size
-    end = pos + id_len + root_len
-    return (value[pos:pos + id_len].decode("utf-8", "surrogatepass"),
-            value[pos + id_len:end].decode("utf-8", "surrogatepass"), end + 4 * k)
-
-
-def _record_identity(value: bytes, num_perm: int) -> np.ndarray:
-    """The identity sketch (sorted uint32) of a packed record."""
-    pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
-    id_len, root_len, k = _LENGTHS.unpack_from(value, pos)
-    start = pos + _LENGTHS.size + id_len + root_len
-    return np.frombuffer(value, dtype=">u4", count=k, offset=start).astype(np.uint32)
-
-
-def _unpack_record(seq: int, value: bytes, num_perm: int) -> StoredArticle:
-    first_seen, simhash, n, flags, exact = _RECORD.unpack_from(value)
-    sig = np.frombuffer(value, dtype=_SIG_DTYPE, count=num_perm, offset=_RECORD.size).copy()
-    article_id, root_id, decision_at = _record_ids(value, num_perm)
-    return StoredArticle(seq, article_id, root_id, first_seen, simhash, n, exact,
-                         bool(flags & FLAG_INDEXED), sig, value[decision_at:])
-
-
-def stored_signature(minhash: np.ndarray) -> np.ndarray:
-    """The signature as the index keeps it: the low 16 bits of each row, big-endian (no copy if it is).
-
-    Li & Koenig's b-bit minwise hashing: two rows agree by accident with probability 2^-b when
-    their minima differ, so the Jaccard estimate is corrected (:func:`stream_dedup.minhash.bbit_jaccard`);
-    at b = 16 that is 1.5e-5, and the stored signature takes 256 bytes instead of 512. LSH bucket
-    keys are made of these rows too, so an evicted article's buckets can be found from its record.
-    """
-    return minhash if minhash.dtype == _SIG_DTYPE else minhash.astype(_SIG_DTYPE)
 
 
 def _u64(n: int) -> bytes:
@@ -309,7 +247,7 @@ class Index:
         """
         buckets = self._points.get(bucket_keys) if bucket_keys else []
         members = b"".join([v for v in buckets if v])
-        lsh = set(np.frombuffer(members, dtype=">u8").tolist()) if members else set()
+        lsh = set(np.frombuffer(members, dtype=">u4").tolist()) if members else set()
         sim: set[int] = set()
         if table_probes:
             prefix_mask = ((1 << self.table_prefix_bits) - 1) << (64 - self.table_prefix_bits)
@@ -339,13 +277,16 @@ class Index:
                minhash: np.ndarray, root_id: str, decision: dict | list, bucket_keys: list[bytes],
                buckets: list[bytes | None], permuted: list[int], index_sketches: bool,
                checkpoint: tuple[str, int] | None, receipt: bytes | None = None,
-               identity: np.ndarray = _NO_IDENTITY) -> int:
+               identity: np.ndarray = NO_IDENTITY) -> int:
         """Index one article.
 
         ``bucket_keys`` are its LSH bucket keys (``BUCKET`` + band key) with ``buckets`` their
         values as :meth:`lookup` read them; ``permuted`` is its SimHash permuted for each table.
         """
         seq = self.next_seq
+        if seq > _MAX_SEQ:
+            raise OverflowError(f"the index in {self.path} has numbered {seq:,} articles, the most its LSH "
+                                f"buckets can name; rebuild it in a new directory")
         s8 = _u64(seq)
         points, tables = self._cf[_POINTS], self._cf[_SIMHASH]
         wb = WriteBatch(raw_mode=True)
@@ -356,9 +297,10 @@ class Index:
         put(_u64(int(first_seen * 1000)) + s8, b"", self._cf[_TIME])
         if index_sketches:
             put(b"X" + exact, s8, points)
-            cap = 8 * self.max_bucket
+            cap = _BUCKET_SEQ.size * self.max_bucket
+            s4 = _BUCKET_SEQ.pack(seq)
             for bk, members in zip(bucket_keys, buckets, strict=True):
-                put(bk, (members + s8)[-cap:] if members else s8, points)
+                put(bk, (members + s4)[-cap:] if members else s4, points)
             pack = _TABLE_ENTRY.pack
             for table, p in enumerate(permuted):
                 put(pack(table, p, seq), b"", tables)
@@ -417,7 +359,8 @@ class Index:
             for bk, members in zip(bucket_keys, buckets, strict=True):
                 if not members:
                     continue
-                kept = b"".join(members[i:i + 8] for i in range(0, len(members), 8) if members[i:i + 8] != s8)
+                n, s4 = _BUCKET_SEQ.size, _BUCKET_SEQ.pack(art.seq)
+                kept = b"".join(members[i:i + n] for i in range(0, len(members), n) if members[i:i + n] != s4)
                 if kept:
                     wb.put(bk, kept, points)
                 else:

@@ -87,7 +87,7 @@ def test_lsh_buckets_collect_members_and_keep_the_newest(tmp_path: Path) -> None
     found = idx.lookup([shared, own, BUCKET + b"\x00\x03absent"], [], 256)
     assert found.lsh == {2, 3, 4, 0}  # shared bucket capped to the newest 3; `own` holds 0
     assert found.buckets[2] is None
-    assert np.frombuffer(found.buckets[0], dtype=">u8").tolist() == [2, 3, 4]  # oldest first
+    assert np.frombuffer(found.buckets[0], dtype=">u4").tolist() == [2, 3, 4]  # oldest first, 4 bytes each
     assert idx.lookup([], [], 256).lsh == set()
     idx.close()
 
@@ -199,6 +199,16 @@ def test_an_index_in_the_old_format_is_refused_in_one_line(tmp_path: Path) -> No
     with pytest.raises(ValueError, match=r"is in format 3 .*reads format 5 \(16-bit signatures\).*Rebuild") as err:
         open_index(tmp_path)
     assert "\n" not in str(err.value)
+
+
+def test_seqs_beyond_what_a_bucket_can_name_are_refused(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    idx.next_seq = 2**32 - 1
+    assert add(idx, 0, band_keys=[BUCKET + b"\x00\x00k"]) == 2**32 - 1   # the last one a bucket can hold
+    assert idx.lookup([BUCKET + b"\x00\x00k"], [], 256).lsh == {2**32 - 1}
+    with pytest.raises(OverflowError, match="rebuild it"):
+        add(idx, 1)
+    idx.close()
 
 
 def test_non_durable_writes_and_disk_bytes(tmp_path: Path) -> None:

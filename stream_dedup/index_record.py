@@ -1,0 +1,94 @@
+"""The article record of the index (``A`` keys of the ``points`` family): layout and codec.
+
+A record packs, big-endian: first-seen time (f64), SimHash (u64), set size (u32), flags (u8), the
+exact hash (16 bytes), the MinHash signature as the index keeps it (the low ``SIGNATURE_BITS`` = 16
+bits of each row, :func:`stored_signature`), the UTF-8 lengths of the article id and its cluster
+root id and the length of the identity sketch (u16 each), both ids, the identity sketch (uint32 BE,
+:mod:`stream_dedup.identity`), and the decision first returned for the article as JSON.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+__all__ = ["FLAG_INDEXED", "NO_IDENTITY", "SIGNATURE_BITS", "StoredArticle", "stored_signature"]
+
+_RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
+_LENGTHS = struct.Struct(">HHH")     # UTF-8 lengths of the article id and its cluster root id, identity sketch length
+FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
+SIGNATURE_BITS = 16     # bits kept of each MinHash row in the index (b-bit minwise hashing)
+_SIG_DTYPE = np.dtype(">u2")
+
+
+@dataclass(frozen=True)
+class StoredArticle:
+    seq: int
+    article_id: str
+    root_id: str
+    first_seen: float
+    simhash: int
+    n_shingles: int
+    exact: bytes
+    indexed: bool
+    minhash: np.ndarray
+    decision_json: bytes
+
+    @property
+    def decision(self) -> dict | list:
+        """The decision first returned for this article (parsed on demand: only replays need it)."""
+        return orjson.loads(self.decision_json)
+
+
+NO_IDENTITY = np.zeros(0, dtype=np.uint32)
+
+
+def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes,
+                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list,
+                 identity: np.ndarray = NO_IDENTITY) -> bytes:
+    aid = article_id.encode("utf-8", "surrogatepass")
+    rid = root_id.encode("utf-8", "surrogatepass")
+    return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
+                     stored_signature(minhash).tobytes(),
+                     _LENGTHS.pack(len(aid), len(rid), identity.shape[0]), aid, rid,
+                     identity.astype(">u4", copy=False).tobytes(), orjson.dumps(decision)))
+
+
+def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
+    """(article id, cluster root id, offset of the decision JSON) of a packed record."""
+    pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
+    id_len, root_len, k = _LENGTHS.unpack_from(value, pos)
+    pos += _LENGTHS.size
+    end = pos + id_len + root_len
+    return (value[pos:pos + id_len].decode("utf-8", "surrogatepass"),
+            value[pos + id_len:end].decode("utf-8", "surrogatepass"), end + 4 * k)
+
+
+def _record_identity(value: bytes, num_perm: int) -> np.ndarray:
+    """The identity sketch (sorted uint32) of a packed record."""
+    pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
+    id_len, root_len, k = _LENGTHS.unpack_from(value, pos)
+    start = pos + _LENGTHS.size + id_len + root_len
+    return np.frombuffer(value, dtype=">u4", count=k, offset=start).astype(np.uint32)
+
+
+def _unpack_record(seq: int, value: bytes, num_perm: int) -> StoredArticle:
+    first_seen, simhash, n, flags, exact = _RECORD.unpack_from(value)
+    sig = np.frombuffer(value, dtype=_SIG_DTYPE, count=num_perm, offset=_RECORD.size).copy()
+    article_id, root_id, decision_at = _record_ids(value, num_perm)
+    return StoredArticle(seq, article_id, root_id, first_seen, simhash, n, exact,
+                         bool(flags & FLAG_INDEXED), sig, value[decision_at:])
+
+
+def stored_signature(minhash: np.ndarray) -> np.ndarray:
+    """The signature as the index keeps it: the low 16 bits of each row, big-endian (no copy if it is).
+
+    Li & Koenig's b-bit minwise hashing: two rows agree by accident with probability 2^-b when
+    their minima differ, so the Jaccard estimate is corrected (:func:`stream_dedup.minhash.bbit_jaccard`);
+    at b = 16 that is 1.5e-5, and the stored signature takes 256 bytes instead of 512. LSH bucket
+    keys are made of these rows too, so an evicted article's buckets can be found from its record.
+    """
+    return minhash if minhash.dtype == _SIG_DTYPE else minhash.astype(_SIG_DTYPE)
