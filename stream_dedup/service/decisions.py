@@ -42,11 +42,13 @@ the signatures topic without producing anything, then starts at C.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +117,7 @@ def receipt_token(topic: str, partition: int, offset: int) -> bytes:
     return _topic_tag(topic) + _RECEIPT_POSITION.pack(partition, offset)
 
 
+@functools.lru_cache(maxsize=64)
 def _topic_tag(topic: str) -> bytes:
     return hashlib.blake2b(topic.encode(), digest_size=8).digest()
 
@@ -630,25 +633,36 @@ class DecisionStage:
 
     # ------------------------------------------------------------------ metrics, errors, housekeeping
     def _observe(self, observed: list[tuple[Any, Any, float]]) -> None:
+        """Metrics of a committed transaction's records (counted in bulk: one ``inc`` per label)."""
         m = self.metrics
         m.index_articles.set(len(self.dedup))
         now = time.time()
+        counts: Counter[tuple[str, str]] = Counter()
+        processing, end_to_end, candidates, similarity = (m.processing_seconds.observe, m.end_to_end_seconds.observe,
+                                                          m.candidates.observe, m.similarity.observe)
         for rec, decision, engine_s in observed:
             if isinstance(decision, str):
-                m.dead_letters.labels(reason=decision).inc()
+                counts["dead", decision] += 1
                 continue
-            m.processing_seconds.observe(engine_s)
-            m.end_to_end_seconds.observe(max(0.0, now - rec.timestamp_ms / 1000.0))
+            processing(engine_s)
+            end_to_end(max(0.0, now - rec.timestamp_ms / 1000.0))
             if decision.seen_before:
                 continue  # a repeated id: counted when first decided
-            m.candidates.observe(decision.candidates)
+            candidates(decision.candidates)
             if decision.is_duplicate:
-                m.articles.labels(result="duplicate").inc()
-                m.duplicates_by_method.labels(method=str(decision.method)).inc()
+                counts["result", "duplicate"] += 1
+                counts["method", str(decision.method)] += 1
                 if decision.similarity is not None:
-                    m.similarity.observe(decision.similarity)
+                    similarity(decision.similarity)
             else:
-                m.articles.labels(result="new").inc()
+                counts["result", "new"] += 1
+        for (kind, label), n in counts.items():
+            if kind == "dead":
+                m.dead_letters.labels(reason=label).inc(n)
+            elif kind == "result":
+                m.articles.labels(result=label).inc(n)
+            else:
+                m.duplicates_by_method.labels(method=label).inc(n)
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
