@@ -380,6 +380,8 @@ def main() -> int:
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--worker-arg", action="append", default=[], help="extra worker flag (repeatable)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also read the signatures topic and print where the latency goes (stage 1, stage 2, commit)")
     ap.add_argument("--skip-decision-stage", action="store_true", help="skip measurement 4")
     ap.add_argument("--latency-trace", type=Path,
                     help="write the half-rate run's records as CSV: id, produce ms, event received ms, latency ms")
@@ -408,8 +410,10 @@ def main() -> int:
     out_topics = [f"{prefix}.new", f"{prefix}.dup"]
     reader = Reader(bootstrap, out_topics)
     reader.start()
-    sig_reader = Reader(bootstrap, [f"{prefix}.sig"], isolation="read_uncommitted")  # stage 1 -> 2
-    sig_reader.start()
+    sig_reader = None
+    if args.breakdown:  # a second reader costs CPU on the same 2 cores: off for the headline figures
+        sig_reader = Reader(bootstrap, [f"{prefix}.sig"], isolation="read_uncommitted")  # stage 1 -> 2
+        sig_reader.start()
     rss = PeakRSS(worker.proc.pid)
     try:
         worker.wait_ready()
@@ -433,7 +437,7 @@ def main() -> int:
         got2 = reader.wait_for(set(sent2), timeout=600)
         tx = {k: v - tx0[k] for k, v in worker.metric_sums(*TX_METRICS).items()}
         lat = [(got2[k] - sent2[k]) / 1000 for k in sent2 if k in got2]
-        parts = breakdown(sent2, sig_reader.created, reader.created, got2)
+        parts = breakdown(sent2, sig_reader.created, reader.created, got2) if sig_reader else {}
         if args.latency_trace:
             with args.latency_trace.open("w") as f:
                 f.write("id,produced_ms,received_ms,latency_ms\n")
@@ -444,7 +448,8 @@ def main() -> int:
     finally:
         rss.stopped.set()
         reader.stopped.set()
-        sig_reader.stopped.set()
+        if sig_reader is not None:
+            sig_reader.stopped.set()
         worker.stop()
         _cleanup(admin, prefix, data_dir)
     try:
