@@ -148,9 +148,24 @@ def fold(text: str, diacritics: bool = True, case: bool = True) -> str:
     """Invisible characters out, NFKC, homoglyphs, case folding, Latin diacritics (module docstring).
 
     ``case=False`` skips case folding (for :mod:`stream_dedup.identity`, which reads capitals).
+    Idempotent: a step can make work for an earlier one (case folding U+1C82 gives a Cyrillic
+    look-alike, stripping "ǣ" gives "æ", which folds to "ae"), so text that is still non-ASCII is
+    folded again until it no longer changes (a test checks every code point).
     """
     if text.isascii():
         return text.lower() if case else text
+    text = _fold_once(text, diacritics, case)
+    for _ in range(4):
+        if text.isascii():
+            break
+        again = _fold_once(text, diacritics, case)
+        if again == text:
+            break
+        text = again
+    return text
+
+
+def _fold_once(text: str, diacritics: bool, case: bool) -> str:
     for ch in INVISIBLE:
         if ch in text:  # a substring search per character: far cheaper than a regex scan
             text = text.replace(ch, "")
@@ -159,6 +174,8 @@ def fold(text: str, diacritics: bool = True, case: bool = True) -> str:
         text = map_homoglyphs(text)
     if case:
         text = text.casefold()
+        if _HAS_HOMOGLYPH.search(text):  # case folding can make one (U+1C82 narrow o -> Cyrillic о)
+            text = map_homoglyphs(text)
     if diacritics and not text.isascii():
         text = strip_latin_diacritics(text)
     return text

@@ -50,6 +50,20 @@ def test_fold_is_idempotent(text: str) -> None:
     assert fold(once) == once
 
 
+def test_fold_is_idempotent_on_every_code_point() -> None:
+    """Each step can make work for an earlier one (U+1C82 case-folds to a Cyrillic look-alike,
+    "ǣ" strips to "æ"): every code point, inside a Latin word, folds to a fixed point."""
+    bad = []
+    for cp in range(0x80, 0x30000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        for text in (chr(cp), f"x{chr(cp)}y"):
+            once = fold(text)
+            if fold(once) != once:
+                bad.append(hex(cp))
+    assert not bad, bad[:20]
+
+
 def _same_fingerprint(a: str, b: str, config: EngineConfig | None = None) -> bool:
     fpr = Fingerprinter(config or EngineConfig())
     fa, fb = fpr.fingerprint_text(a), fpr.fingerprint_text(b)
