@@ -116,7 +116,7 @@ def _in_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> asyncio.
 
 
 def _prepare_topics(client_conf: dict, service: ServiceConfig, engine: EngineConfig,
-                    starting: _Starting | None = None) -> dict[str, int]:
+                    starting: _Starting) -> dict[str, int]:
     """Create the topics, waiting for the broker as long as it takes (one line per change of state).
 
     A broker that cannot be reached, or topics without a leader yet, are waited for; a topic
@@ -142,8 +142,7 @@ def _prepare_topics(client_conf: dict, service: ServiceConfig, engine: EngineCon
                 log.info("the broker at %s answers after %.0f s", service.bootstrap_servers,
                          time.monotonic() - waiting_since)
             return partitions
-        if starting is not None:
-            starting.problem = problem
+        starting.problem = problem  # /readyz says why
         if waiting_since is None:
             waiting_since = time.monotonic()
             log.warning("cannot reach the Kafka broker at %s (%s): retrying every %.0f s", service.bootstrap_servers,

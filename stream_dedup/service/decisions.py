@@ -528,11 +528,10 @@ class DecisionStage:
                     self._broker_trouble(str(err))
                     time.sleep(0.1)
                     continue
-                if err.code() == KafkaError.FENCED_INSTANCE_ID or err.fatal():
-                    # another member took this static id (or librdkafka fenced us by our own
-                    # re-join): this consumer can never commit again; only a new client recovers
-                    raise FatalError(str(err)) from exc
-                if err.txn_requires_abort():
+                # FENCED_INSTANCE_ID says it is abortable, but another member took this static id
+                # (or librdkafka fenced us by our own re-join): this consumer can never commit
+                # again, so it is fatal like the rest; only a new client recovers
+                if err.txn_requires_abort() and err.code() != KafkaError.FENCED_INSTANCE_ID:
                     raise _Abort(str(err)) from exc
                 raise FatalError(str(err)) from exc
 
@@ -637,12 +636,12 @@ class DecisionStage:
         m = self.metrics
         m.index_articles.set(len(self.dedup))
         now = time.time()
-        counts: Counter[tuple[str, str]] = Counter()
+        counts: Counter[tuple[Any, str]] = Counter()  # (labelled counter, its one label value) -> n
         processing, end_to_end, candidates, similarity = (m.processing_seconds.observe, m.end_to_end_seconds.observe,
                                                           m.candidates.observe, m.similarity.observe)
         for rec, decision, engine_s in observed:
             if isinstance(decision, str):
-                counts["dead", decision] += 1
+                counts[m.dead_letters, decision] += 1
                 continue
             processing(engine_s)
             end_to_end(max(0.0, now - rec.timestamp_ms / 1000.0))
@@ -650,23 +649,18 @@ class DecisionStage:
                 continue  # a repeated id: counted when first decided
             candidates(decision.candidates)
             if decision.is_duplicate:
-                counts["result", "duplicate"] += 1
-                counts["method", str(decision.method)] += 1
+                counts[m.articles, "duplicate"] += 1
+                counts[m.duplicates_by_method, str(decision.method)] += 1
                 if decision.similarity is not None:
                     similarity(decision.similarity)
             else:
-                counts["result", "new"] += 1
-        for (kind, label), n in counts.items():
-            if kind == "dead":
-                m.dead_letters.labels(reason=label).inc(n)
-            elif kind == "result":
-                m.articles.labels(result=label).inc(n)
-            else:
-                m.duplicates_by_method.labels(method=label).inc(n)
+                counts[m.articles, "new"] += 1
+        for (counter, label), n in counts.items():
+            counter.labels(label).inc(n)
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
-        if self.sweep.target is not None and self.sweep.apply(self.dedup, self.committed):
+        if self.sweep.apply(self.dedup, self.committed):
             self.metrics.receipt_sweeps.inc()
             log.debug("receipt sweep: dropped receipts below input offsets %s", self.sweep.done)
         if self.engine_config.retention and now - self._last_evict >= EVICT_INTERVAL:
