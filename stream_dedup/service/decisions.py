@@ -109,6 +109,11 @@ class _Transaction:
 _RECEIPT_POSITION = struct.Struct(">IQ")  # input partition, input offset
 
 
+def _is_fatal(err: KafkaError) -> bool:
+    """A fatal client error: the error callback reports it with code ``_FATAL`` and ``fatal()`` False."""
+    return err.fatal() or err.code() == KafkaError._FATAL
+
+
 def receipt_token(topic: str, partition: int, offset: int) -> bytes:
     """The receipt of one input record: a tag of its topic, its partition and offset (20 bytes).
 
@@ -462,7 +467,7 @@ class DecisionStage:
         err = m.error()
         if err is None:
             return True
-        if err.fatal():
+        if _is_fatal(err):
             self.client_fatal = str(err)
         elif err.code() != KafkaError._PARTITION_EOF:
             self._broker_trouble(str(err))
@@ -688,7 +693,7 @@ class DecisionStage:
         self.broker_error = message
 
     def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
+        if _is_fatal(err):
             log.error("fatal Kafka error: %s", err)
             self.client_fatal = str(err)
             return
