@@ -225,6 +225,18 @@ def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: l
     return {"cpu": cpu, "repeat": repeat, "records": len(lines), "rows": list(rows.values())}
 
 
+def _commit() -> str:
+    """The checkout's commit, with "+changes" when its tracked files differ from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
@@ -396,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     load1 = os.getloadavg()
     result["started_utc"] = started.strftime("%Y-%m-%d %H:%M")
     result["seconds"] = round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(), 1)
-    print(f"{result['started_utc']} UTC, {result['seconds']:.0f} s, {os.cpu_count()} CPUs, load average "
+    result["commit"] = _commit()
+    print(f"{result['started_utc']} UTC, code {result['commit']}, {result['seconds']:.0f} s, {os.cpu_count()} CPUs, load average "
           f"{load0[0]:.2f} at the start, {load1[0]:.2f} at the end; {result['records']:,} records per stream")
     print_peer_table(result)
     if args.json:
