@@ -1,24 +1,47 @@
-"""Engine throughput vs datasketch, in the same run, on one core.
+"""stream-dedup vs its peers, in the same run, each as a whole process on one core.
 
     python bench/throughput.py [--data ../shared/data] [--limit N] [--repeat 3]
+                               [--streams dev,short] [--tools stream-dedup,datasketch,rensa,gaoya]
+                               [--short-words 40] [--json FILE]
+    python bench/throughput.py --in-process [--data ../shared/data] [--limit N] [--repeat 3]
 
-Each side runs in its own subprocess pinned to one CPU (so peak RSS is its own):
+**The peer table** (default). Every tool runs on the same records as its own subprocess, from a
+cold start, pinned to one CPU (the first this process may use), and is timed by wall clock from
+spawn to exit: interpreter start, imports, reading the input, one decision per record written to a
+file. Best of --repeat; in each round every tool runs once on each stream, one after the other,
+after one untimed run of stream-dedup (it fills numba's cache of compiled kernels on a new checkout).
 
-* stream-dedup: parse JSON, HTML/text, shingle, MinHash, SimHash, RocksDB index lookups and
-  inserts, decision (``Deduplicator.process``) with the default configuration;
-* datasketch: parse JSON, lowercase, word k-shingles, ``MinHash.update_batch`` and
-  ``MinHashLSH.query`` + ``insert`` at the same num_perm and threshold (in memory, no SimHash).
+* stream-dedup: the ``stream-dedup dedup`` console script (``python -m stream_dedup.cli`` when it
+  is not installed) on this checkout's code, default configuration, a fresh ``--state`` directory,
+  ``--out`` a file, ``-q``;
+* datasketch, rensa, gaoya: ``bench/peers.py`` (MinHash + LSH over lower-cased word k-shingles
+  with our k, num_perm and LSH bands x rows; candidates verified at our Jaccard threshold).
 
-Prints records/s (best of --repeat), the ratio, peak RSS, and index bytes on disk per article.
+Streams: ``dev``, the shared news stream (news_stream.jsonl); ``short``, the same records cut to
+short items: the title, then the first paragraph of at least 10 words of the text (HTML records:
+of its extracted text), at most --short-words words of it. Both are written to a temporary
+directory. Printed per tool and stream: records/s, the ratios to datasketch and to rensa, peak RSS
+of the process (wait4), the time of the same command on the stream's first record alone (start-up),
+records/s after start-up ((records - 1) / (time - start-up)), duplicates, and on the dev stream
+precision / recall of the duplicate decisions against news_stream.truth.jsonl (``score`` of
+bench/quality.py). Then the targets: >= 10x datasketch on each stream, >= 1x rensa.
+
+A peer that is not installed, or fails, keeps its rows, saying so.
+
+**--in-process**: the older table: ``Deduplicator.process`` in a loop vs datasketch in a loop,
+each in its own process pinned to one CPU, timed inside the process after imports and the numba
+warm-up; peak RSS, and the index bytes on disk per article.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,11 +51,242 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
+TOOLS = ("stream-dedup", "datasketch", "rensa", "gaoya")
+PEERS = TOOLS[1:]
+STREAMS = ("dev", "short")
+NOT_INSTALLED = 3  # bench/peers.py's exit status when the peer's package is missing
+TARGET_VS_DATASKETCH = 10.0
+TARGET_VS_RENSA = 1.0
 
 
 def _lines(data: Path, limit: int) -> list[bytes]:
     lines = (data / "news_stream.jsonl").read_bytes().splitlines()
     return lines[:limit] if limit else lines
+
+
+def _cpu() -> int | None:
+    try:
+        return sorted(os.sched_getaffinity(0))[0]
+    except (AttributeError, OSError):
+        return None
+
+
+# -- the peer table: whole processes ------------------------------------------------------------
+
+def short_items(lines: list[bytes], max_words: int) -> list[bytes]:
+    """Each record as a short item: its title, then the first paragraph of >= 10 words of its text
+    (bylines are shorter), cut to ``max_words`` words. Ids are kept, so the truth rows still align."""
+    from stream_dedup.html_text import html_to_text
+
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        body = rec.get("text")
+        if body is None:
+            body = html_to_text(rec.get("html") or "")
+        paragraphs = [p for p in re.split(r"\n\s*\n", body) if p.strip()]
+        lead = next((p for p in paragraphs if len(p.split()) >= 10), paragraphs[0] if paragraphs else "")
+        title = rec.get("title") or ""
+        text = title + "\n\n" + " ".join(lead.split()[:max_words])
+        out.append(json.dumps({"id": rec["id"], "title": title, "text": text}, ensure_ascii=False).encode())
+    return out
+
+
+def ours_command() -> list[str]:
+    script = Path(sys.executable).parent / "stream-dedup"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "stream_dedup.cli"]
+
+
+def command(tool: str, source: Path, out: Path, state: Path) -> list[str]:
+    from stream_dedup.config import EngineConfig
+    from stream_dedup.engine import lsh_params
+
+    if tool == "stream-dedup":
+        return [*ours_command(), "dedup", str(source), "--out", str(out), "--state", str(state), "-q"]
+    c = EngineConfig()
+    lsh = lsh_params(c)
+    return [sys.executable, str(ROOT / "bench" / "peers.py"), tool, str(source), "--out", str(out),
+            "--k", str(c.shingle_size), "--num-perm", str(c.num_perm), "--bands", str(lsh.bands),
+            "--rows", str(lsh.rows), "--threshold", str(c.lsh_threshold), "--jaccard", str(c.jaccard_threshold),
+            "--seed", str(c.seed)]
+
+
+def child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DEDUP_")}  # the defaults
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env.update(NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", RAYON_NUM_THREADS="1")
+    return env
+
+
+# Runs one command and reports on it. A child's peak RSS (ru_maxrss) is at least the RSS high-water
+# mark of the process that spawned it (Linux records the old address space's at exec), and this
+# process holds numba and lxml: so a small interpreter, without site, pins itself to the CPU, spawns
+# the command and reports its wall time, exit status and ru_maxrss as one JSON line.
+LAUNCHER = """
+import json, os, sys, time
+cmd, cpu = json.loads(sys.argv[1]), int(sys.argv[2])
+if cpu >= 0:
+    os.sched_setaffinity(0, {cpu})
+null = os.open(os.devnull, os.O_RDWR)
+t0 = time.perf_counter()
+pid = os.posix_spawn(cmd[0], cmd, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, null, 1)])
+_, status, usage = os.wait4(pid, 0)
+seconds = time.perf_counter() - t0
+print(json.dumps({"seconds": seconds, "code": os.waitstatus_to_exitcode(status), "peak_rss_bytes": usage.ru_maxrss * 1024}))
+"""
+
+
+def run_process(cmd: list[str], env: dict[str, str], cpu: int | None) -> dict:
+    """Wall time from spawn to exit, exit status, peak RSS (of this child alone) and stderr's tail."""
+    launcher = [sys.executable, "-S", "-c", LAUNCHER, json.dumps(cmd), str(-1 if cpu is None else cpu)]
+    proc = subprocess.run(launcher, stdin=subprocess.DEVNULL, capture_output=True, env=env, check=False)
+    tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
+    if proc.returncode != 0:
+        return {"code": proc.returncode, "stderr": " | ".join(tail), "seconds": 0.0, "peak_rss_bytes": 0}
+    return dict(json.loads(proc.stdout), stderr=" | ".join(tail))
+
+
+def read_decisions(path: Path) -> dict[str, dict]:
+    decisions = {}
+    with path.open("rb") as fh:
+        for line in fh:
+            if line.strip():
+                d = json.loads(line)
+                decisions[d["id"]] = d
+    return decisions
+
+
+def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: list[str],
+               short_words: int) -> dict:
+    """Runs every tool on every stream ``repeat`` times; the best run of each, scored."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from quality import score
+
+    cpu = _cpu()
+    env = child_env()
+    lines = _lines(data, limit)
+    truth = [json.loads(x) for x in (data / "news_stream.truth.jsonl").read_bytes().splitlines()[:len(lines)]]
+    rows: dict[tuple[str, str], dict] = {}
+    with tempfile.TemporaryDirectory(prefix="throughput-") as tmp_name:
+        tmp = Path(tmp_name)
+        sources = {}
+        for stream in streams:
+            records = lines if stream == "dev" else short_items(lines, short_words)
+            sources[stream] = (tmp / f"{stream}.jsonl", tmp / f"{stream}-first.jsonl", len(records))
+            sources[stream][0].write_bytes(b"\n".join(records) + b"\n")
+            sources[stream][1].write_bytes(records[0] + b"\n")
+        for stream in streams:
+            for tool in tools:
+                rows[(stream, tool)] = {"tool": tool, "stream": stream, "records": sources[stream][2],
+                                        "status": "ok", "command": command(tool, Path(f"{stream}.jsonl"),
+                                                                           Path("OUT.jsonl"), Path("STATE"))}
+        # one untimed run of ours first: numba's on-disk cache of compiled kernels is filled by the first
+        # run of a new checkout (an install-time cost: ~30 s); the peers have nothing of the kind
+        if "stream-dedup" in tools:
+            first = sources[streams[0]][1]
+            run_process(command("stream-dedup", first, tmp / "warm.out.jsonl", tmp / "state-warm"), env, cpu)
+            shutil.rmtree(tmp / "state-warm", ignore_errors=True)
+        for _ in range(repeat):
+            for stream in streams:
+                source, first, _n = sources[stream]
+                for tool in tools:
+                    row = rows[(stream, tool)]
+                    if row["status"] != "ok":
+                        continue
+                    for what, path in (("run", source), ("start", first)):
+                        out, state = tmp / f"{stream}-{tool}-{what}.out.jsonl", tmp / f"state-{stream}-{tool}"
+                        r = run_process(command(tool, path, out, state), env, cpu)
+                        shutil.rmtree(state, ignore_errors=True)
+                        if r["code"] != 0:
+                            row["status"] = (f"not installed ({r['stderr']})" if r["code"] == NOT_INSTALLED
+                                             else f"failed, exit {r['code']}: {r['stderr']}")
+                            break
+                        if what == "run" and r["seconds"] < row.get("seconds", float("inf")):
+                            row.update(seconds=r["seconds"], peak_rss_bytes=r["peak_rss_bytes"], out=out)
+                        if what == "start":
+                            row["start_seconds"] = min(r["seconds"], row.get("start_seconds", float("inf")))
+        for (stream, _tool), row in rows.items():
+            if row["status"] != "ok":
+                continue
+            decisions = read_decisions(row.pop("out"))
+            row["decisions"] = len(decisions)
+            row["duplicates"] = sum(d["type"] == "duplicate-of" for d in decisions.values())
+            row["records_per_second"] = row["records"] / row["seconds"]
+            row["after_start_per_second"] = ((row["records"] - 1) / (row["seconds"] - row["start_seconds"])
+                                             if row["seconds"] > row["start_seconds"] else None)
+            if stream == "dev":
+                s = score(None, truth, decisions)
+                row["precision"], row["recall"] = s["precision"], s["recall"]
+    for (stream, _tool), row in rows.items():
+        for peer in ("datasketch", "rensa"):
+            other = rows.get((stream, peer))
+            if row["status"] == "ok" and other and other["status"] == "ok":
+                row[f"vs_{peer}"] = row["records_per_second"] / other["records_per_second"]
+    return {"cpu": cpu, "repeat": repeat, "records": len(lines), "rows": list(rows.values())}
+
+
+def _commit() -> str:
+    """The checkout's commit, with "+changes" when its tracked files differ from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def print_peer_table(result: dict) -> None:
+    from stream_dedup.config import EngineConfig
+    from stream_dedup.engine import lsh_params
+
+    c = EngineConfig()
+    lsh = lsh_params(c)
+    print(f"word {c.shingle_size}-shingles, num_perm {c.num_perm} (rensa, gaoya: {lsh.bands * lsh.rows} = bands x rows), "
+          f"LSH {lsh.bands} bands x {lsh.rows} rows (threshold {c.lsh_threshold}), duplicate at estimated "
+          f"Jaccard >= {c.jaccard_threshold}; each tool a whole process pinned to CPU {result['cpu']}, "
+          f"best of {result['repeat']}")
+    print()
+    print("| tool | stream | records | records/s | vs datasketch | vs rensa | peak RSS | start-up (1 record) | "
+          "records/s after start-up | duplicates | precision / recall |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for row in result["rows"]:
+        if row["status"] != "ok":
+            print(f"| {row['tool']} | {row['stream']} | {row['records']:,} | {row['status']} | - | - | - | - | - | - | - |")
+            continue
+        pr = (f"{row['precision']:.4f} / {row['recall']:.4f}" if "precision" in row else "-")
+        print(f"| {row['tool']} | {row['stream']} | {row['records']:,} | {row['records_per_second']:,.0f} | "
+              f"{_fmt(row.get('vs_datasketch'), '.2f', '×')} | {_fmt(row.get('vs_rensa'), '.2f', '×')} | "
+              f"{row['peak_rss_bytes'] / 2**20:,.0f} MiB | {row['start_seconds']:.2f} s | "
+              f"{_fmt(row['after_start_per_second'], ',.0f')} | {row['duplicates']:,} | {pr} |")
+    print()
+    print("targets (stream-dedup, whole process, this run):")
+    for row in result["rows"]:
+        if row["tool"] != "stream-dedup":
+            continue
+        for peer, target in (("datasketch", TARGET_VS_DATASKETCH), ("rensa", TARGET_VS_RENSA)):
+            ratio = row.get(f"vs_{peer}")
+            if ratio is None:
+                verdict = f"cannot be checked ({peer} or stream-dedup did not run)"
+            else:
+                verdict = f"{ratio:.2f}×: {'met' if ratio >= target else 'NOT met'}"
+            print(f"* >= {target:g}× {peer} on the {row['stream']} stream: {verdict}")
+    print()
+    print("commands (STATE a fresh directory, OUT a file, in the run's temporary directory):")
+    seen = set()
+    for row in result["rows"]:
+        if row["tool"] not in seen:
+            seen.add(row["tool"])
+            print(f"* {row['tool']}: {' '.join(row['command'])}")
+
+
+# -- the in-process table -----------------------------------------------------------------------
+
 
 
 def run_engine(lines: list[bytes]) -> dict:
@@ -80,11 +334,12 @@ def run_datasketch(lines: list[bytes]) -> dict:
     return {"seconds": time.perf_counter() - t0, "duplicates": dups}
 
 
+
+
 def child(which: str, data: Path, limit: int) -> None:
-    try:
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    except (AttributeError, OSError):
-        pass
+    cpu = _cpu()
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     lines = _lines(data, limit)
     result = run_engine(lines) if which == "engine" else run_datasketch(lines)
     result["records"] = len(lines)
@@ -99,28 +354,16 @@ def measure(which: str, data: Path, limit: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--limit", type=int, default=0)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--child", choices=["engine", "datasketch"])
-    args = ap.parse_args()
-    if args.child:
-        child(args.child, args.data, args.limit)
-        return 0
-    if not (args.data / "news_stream.jsonl").exists():
-        print(f"no shared data at {args.data}", file=sys.stderr)
-        return 2
+def in_process_table(data: Path, limit: int, repeat: int) -> None:
     best: dict[str, dict] = {}
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         for which in ("engine", "datasketch"):
-            r = measure(which, args.data, args.limit)
+            r = measure(which, data, limit)
             if which not in best or r["seconds"] < best[which]["seconds"]:
                 best[which] = r
     e, d = best["engine"], best["datasketch"]
     e_rps, d_rps = e["records"] / e["seconds"], d["records"] / d["seconds"]
-    print(f"records: {e['records']}  ({e['config']}; best of {args.repeat}, one core each)")
+    print(f"records: {e['records']}  ({e['config']}; best of {repeat}, one core each, in process)")
     print("| | records/s | peak RSS | duplicates flagged |")
     print("| --- | --- | --- | --- |")
     print(f"| stream-dedup engine (RocksDB index, MinHash + SimHash) | {e_rps:,.0f} | "
@@ -130,6 +373,47 @@ def main() -> int:
     print(f"speed ratio (stream-dedup / datasketch): {e_rps / d_rps:.2f}x")
     print(f"index on disk: {e['disk_bytes'] / 2**20:.1f} MiB for {e['indexed']} articles = "
           f"{e['disk_bytes'] / max(1, e['indexed']):,.0f} bytes/article")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                    help="directory with news_stream.jsonl and news_stream.truth.jsonl")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N records")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--streams", default=",".join(STREAMS), help="of: " + ", ".join(STREAMS))
+    ap.add_argument("--tools", default=",".join(TOOLS), help="of: " + ", ".join(TOOLS))
+    ap.add_argument("--short-words", type=int, default=40, help="words of the first paragraph in a short item")
+    ap.add_argument("--json", type=Path, help="also write the peer table's figures to this file")
+    ap.add_argument("--in-process", action="store_true", help="the in-process engine vs datasketch table instead")
+    ap.add_argument("--child", choices=["engine", "datasketch"], help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        child(args.child, args.data, args.limit)
+        return 0
+    if not (args.data / "news_stream.jsonl").exists():
+        print(f"no shared data at {args.data}", file=sys.stderr)
+        return 2
+    if args.in_process:
+        in_process_table(args.data, args.limit, args.repeat)
+        return 0
+    streams = [s for s in args.streams.split(",") if s]
+    tools = [t for t in args.tools.split(",") if t]
+    unknown = sorted(set(streams) - set(STREAMS)) + sorted(set(tools) - set(TOOLS))
+    if unknown:
+        ap.error(f"unknown stream or tool: {', '.join(unknown)}")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load0 = os.getloadavg()
+    result = peer_table(args.data, args.limit, args.repeat, streams, tools, args.short_words)
+    load1 = os.getloadavg()
+    result["started_utc"] = started.strftime("%Y-%m-%d %H:%M")
+    result["seconds"] = round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(), 1)
+    result["commit"] = _commit()
+    print(f"{result['started_utc']} UTC, code {result['commit']}, {result['seconds']:.0f} s, {os.cpu_count()} CPUs, load average "
+          f"{load0[0]:.2f} at the start, {load1[0]:.2f} at the end; {result['records']:,} records per stream")
+    print_peer_table(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 
