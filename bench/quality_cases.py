@@ -22,7 +22,9 @@ Classes (see the README, "Detection quality beyond the dev stream"):
               of it, or its lead (the first sentences, 15-25 %: the corpus has no paragraph breaks, and a
               news paragraph is one to three sentences), cut at sentence ends, with a credit line; and
               the story after an excerpt of it (``after-excerpt``); negatives: excerpts of unseen
-              articles of the same source, the closest in vocabulary to a story of the stream.
+              articles of the same source, the closest in vocabulary to a story of the stream, leaving
+              out excerpts that are themselves half inside a stream article (the corpus holds 13
+              stories twice, and DW repeats background paragraphs across stories).
 ``template``  look-alike reports: the article with its identity tokens replaced by others, either
               every number and capitalised name or only the numbers (the same subject's next
               report) (negatives), and same-story corrections with one figure changed (positives).
@@ -235,6 +237,11 @@ def excerpt(rng: random.Random, text: str, lead: bool) -> str:
     return " ".join(sents[start:end]) + f"\n\nExcerpt. Read the full story at {source}."
 
 
+def _shingles(text: str, k: int = 4) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[i:i + k]) for i in range(len(words) - k + 1)}
+
+
 def _vocabulary(a: dict) -> set[str]:
     return {w for w in re.findall(r"[a-z]{4,}", a["text"].lower())}
 
@@ -261,15 +268,20 @@ def make_excerpt(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[lis
         items.append((_rec(a["id"], a["text"]), {"id": a["id"], "cluster": a["id"], "kind": "after-excerpt"}))
     # negatives: excerpts of unseen articles of the same source, the closest in vocabulary to a stored story
     vocab = {a["id"]: _vocabulary(a) for a in long}
+    stream = set().union(*(_shingles(a["text"]) for a in picked))
     for i, a in enumerate(originals):
         pool = [o for o in long if o["source"] == a["source"] and o["id"] not in taken] or \
             [o for o in long if o["id"] not in taken]
         va = vocab[a["id"]]
-        other = max(pool, key=lambda o: (len(va & vocab[o["id"]]) / (len(va | vocab[o["id"]]) or 1), o["id"]))
+        for other in sorted(pool, key=lambda o: (-len(va & vocab[o["id"]]) / (len(va | vocab[o["id"]]) or 1),
+                                                 o["id"])):
+            text = excerpt(rng, other["text"], i % 3 == 0)
+            own = _shingles(text)
+            if len(own & stream) < 0.5 * len(own):  # not a passage of a stream article itself
+                break
         taken.add(other["id"])
         vid = f"{other['id']}-excerpt-other"
-        items.append((_rec(vid, excerpt(rng, other["text"], i % 3 == 0)),
-                      {"id": vid, "cluster": vid, "kind": "excerpt-other"}))
+        items.append((_rec(vid, text), {"id": vid, "cluster": vid, "kind": "excerpt-other"}))
     return _stream(items, rng)
 
 

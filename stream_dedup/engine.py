@@ -233,19 +233,15 @@ class Deduplicator:
                 lookup = self.index.lookup(bucket_keys, probes, c.simhash_k)
                 buckets = lookup.buckets
                 found = lookup.simhash | lookup.lsh
-                if fp.anchors.shape[0] and not self.is_short_text(fp.n_shingles):
-                    passage = passages.lookup(self.index.passages, fp.anchors, c.passage_common_docs,
-                                              c.passage_min_shared)
-                    found |= passage.shared.keys()
                 if len(found) > MAX_VERIFY:  # a flood of near-copies: verify a bounded subset
-                    keep = sorted(lookup.simhash)[:MAX_VERIFY // 2]
-                    if passage is not None:  # the most shared passages next
-                        keep += sorted(passage.shared, key=passage.shared.__getitem__, reverse=True)[:MAX_VERIFY // 4]
-                    found = set(keep)
+                    found = set(sorted(lookup.simhash)[:MAX_VERIFY // 2])
                     found |= set(sorted(lookup.lsh - found)[: MAX_VERIFY - len(found)])
             else:
                 found = set()
-            decision = self._verify(article_id, fp, sig, sorted(found), passage, matched)
+            decision = self._verify(article_id, fp, sig, sorted(found), None, matched)
+            if decision.method in (None, "containment") and fp.anchors.shape[0] \
+                    and not self.is_short_text(fp.n_shingles):
+                decision, passage = self._passages(article_id, fp, sig, found, decision, matched)
             root_id = decision.duplicate_of if decision.is_duplicate else article_id
         self.index.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
                           exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_stored(),
@@ -255,10 +251,24 @@ class Deduplicator:
                           postings=self._postings(passage, matched, decision, has_shingles))
         return decision
 
+    def _passages(self, article_id: str, fp: Fingerprint, sig: np.ndarray, found: set[int], first: Decision,
+                  matched: set[int]) -> tuple[Decision, passages.PassageLookup]:
+        """The decision again with the passage anchors: their candidates added, containment also
+        measured on anchors, boilerplate discounted. Only for articles that are new or contained
+        after the LSH and SimHash candidates (a Jaccard or SimHash copy needs no more evidence)."""
+        c = self.config
+        passage = passages.lookup(self.index.passages, fp.anchors, c.passage_common_docs, c.passage_min_shared)
+        if not passage.shared and passage.usable == fp.anchors.shape[0]:
+            return first, passage  # nothing shared and no boilerplate: the first decision stands
+        more = sorted(passage.shared, key=passage.shared.__getitem__, reverse=True)[:MAX_VERIFY // 4]
+        matched.clear()
+        return self._verify(article_id, fp, sig, sorted(found.union(more)), passage, matched), passage
+
     def _postings(self, passage: passages.PassageLookup | None, matched: set[int], decision: Decision,
                   has_shingles: bool) -> tuple[list[tuple[bytes, bytes]], bytes]:
-        """The passage lists the new article joins (the rule of :func:`_adds_to_index`, and none that
-        already holds an article it was verified a duplicate of)."""
+        """The passage lists the new article joins: only an article whose lists were read (new, or
+        contained), by the rule of :func:`_adds_to_index`, and none that already holds an article it
+        was verified a duplicate of."""
         if passage is None or not self._adds_to_index(decision, has_shingles):
             return [], b""
         return passages.posting_writes(passage, self.index.next_seq, self.config.passage_common_docs, matched)
