@@ -154,14 +154,14 @@ def posting_writes(found: PassageLookup, seq: int, common_docs: int,
     """
     full = common_docs * _SEQ_BYTES
     s4 = seq.to_bytes(_SEQ_BYTES, "big")
-    matched4 = [s.to_bytes(_SEQ_BYTES, "big") for s in matched]
-    puts = []
-    for key, v in zip(found.keys, found.values, strict=True):
-        if v is None:
-            puts.append((key, s4))
-        elif len(v) < full and not any(_holds(v, m) for m in matched4):
-            puts.append((key, v + s4))
-    return puts, b"".join(k for k, _ in puts)
+    if matched:
+        matched4 = [s.to_bytes(_SEQ_BYTES, "big") for s in matched]
+        puts = [(k, v + s4 if v else s4) for k, v in zip(found.keys, found.values, strict=True)
+                if v is None or (len(v) < full and not any(_holds(v, m) for m in matched4))]
+    else:
+        puts = [(k, v + s4 if v else s4) for k, v in zip(found.keys, found.values, strict=True)
+                if v is None or len(v) < full]
+    return puts, b"".join([k for k, _ in puts])
 
 
 def _holds(value: bytes, s4: bytes) -> bool:
