@@ -108,7 +108,7 @@ class EngineConfig:
         60, "An earlier article counts as contained in a new one only if it has at least this many shingles: "
             "shorter texts (a site's newsletter blurb stored as an article) recur inside many different pages.")
     passage_window: int = _opt(
-        24, "Passage anchors for containment candidates (excerpts, the original inside a page): the smallest "
+        32, "Passage anchors for containment candidates (excerpts, the original inside a page): the smallest "
             "shingle hash of every window of this many word shingles is indexed (winnowing), so a shared run of "
             "window + shingle size - 1 words shares an anchor (0 = no anchors).")
     passage_min_shared: int = _opt(

@@ -15,7 +15,7 @@ are those kept hashes, distinct, as 48-bit values. Properties:
 * every window of a verbatim excerpt is a window of its original, so *all* anchors of an excerpt
   are anchors of the original, and all anchors of an article are anchors of a page that holds it:
   containment measured on anchors is 1 for verbatim copies, with no sampling noise;
-* about 2 / (w + 1) of the shingles become anchors (w = 24: 8 %, 43 for a 537-word article).
+* about 2 / (w + 1) of the shingles become anchors (w = 32: 6 %, 33 for a 537-word article).
 
 **Index.** One key per anchor in the ``passages`` column family: the anchor (6 bytes) -> the seqs
 of the articles holding it (4 bytes each, oldest first), at most ``common_docs`` of them. The
@@ -51,7 +51,7 @@ from .kernels import _fmix
 ANCHOR_BYTES = 6   # anchors are the top 48 bits of a shingle hash (key of a posting list)
 _SEQ_BYTES = 4
 NO_ANCHORS = np.zeros(0, dtype=np.uint64)
-MAX_ANCHORS = 8192  # the smallest anchors kept of a huge text (a 2 MB text has ~26,000 at w = 24)
+MAX_ANCHORS = 8192  # the smallest anchors kept of a huge text (a 2 MB text has ~20,000 at w = 32)
 PASSAGES = "passages"   # the column family of the posting lists
 DELETE_PREFIX = b"D"    # points family: D + seq(8) -> the anchors the article added (6 bytes each)
 

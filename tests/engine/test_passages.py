@@ -56,7 +56,7 @@ def test_every_anchor_of_a_verbatim_excerpt_is_an_anchor_of_its_original() -> No
     part = fpr.fingerprint_text(" ".join(words[200:320])).anchors
     assert part.shape[0] >= 5 and set(part.tolist()) <= whole
     # density about 2 / (w + 1)
-    assert 0.5 < len(whole) / (2 * 600 / 25) < 1.5
+    assert 0.7 < len(whole) / (2 * 600 / (EngineConfig().passage_window + 1)) < 1.3
     # the reference fingerprint agrees, and the wire form carries the anchors
     text = " ".join(words)
     fp = fpr.fingerprint_text(text)
@@ -72,7 +72,7 @@ EXCERPT = as_text(ORIGINAL[430:590])        # 16 %: Jaccard about 0.16, below wh
 def test_a_short_excerpt_is_found(tmp_path: Path) -> None:
     d = _decide(tmp_path / "a", [as_text(ORIGINAL), EXCERPT])
     assert d[1].is_duplicate and d[1].method == "containment" and d[1].direction == "new_in_earlier"
-    assert d[1].containment >= 0.9 and d[1].similarity < 0.3
+    assert d[1].containment >= 0.8 and d[1].similarity < 0.3
     assert _decide(tmp_path / "b", [as_text(ORIGINAL), EXCERPT], passage_window=0)[1].type == "new"
     # the excerpt first, then its original: the earlier excerpt inside the new article
     d = _decide(tmp_path / "c", [EXCERPT, as_text(ORIGINAL)])
