@@ -130,14 +130,8 @@ def lookup(family, anchors: np.ndarray, common_docs: int, min_shared: int) -> Pa
         return PassageLookup(keys, [], {}, 0)
     values = family.get(keys)
     full = common_docs * _SEQ_BYTES
-    usable = 0
-    members = []
-    for v in values:
-        if v is None:
-            usable += 1
-        elif len(v) < full:
-            usable += 1
-            members.append(v)
+    members = [v for v in values if v is not None and len(v) < full]
+    usable = len(members) + values.count(None)
     shared: dict[int, int] = {}
     if members:
         counts = Counter(np.frombuffer(b"".join(members), dtype=">u4").tolist())
