@@ -18,6 +18,13 @@ Classes (see the README, "Detection quality beyond the dev stream"):
 ``page``      the article inside a page 1-3x its length of site text (navigation, cookie banner,
               related stories, ads, author bio, comments); negatives: a page of the same site around
               another, unseen article.
+``excerpt``   short excerpts of long stories (400+ words), after the story: a middle passage of 20-40 %
+              of it, or its lead (the first sentences, 15-25 %: the corpus has no paragraph breaks, and a
+              news paragraph is one to three sentences), cut at sentence ends, with a credit line; and
+              the story after an excerpt of it (``after-excerpt``); negatives: excerpts of unseen
+              articles of the same source, the closest in vocabulary to a story of the stream, leaving
+              out excerpts that are themselves half inside a stream article (the corpus holds 13
+              stories twice, and DW repeats background paragraphs across stories).
 ``template``  look-alike reports: the article with its identity tokens replaced by others, either
               every number and capitalised name or only the numbers (the same subject's next
               report) (negatives), and same-story corrections with one figure changed (positives).
@@ -33,7 +40,7 @@ import re
 from pathlib import Path
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-CLASSES = ("folding", "short", "page", "template")
+CLASSES = ("folding", "short", "page", "excerpt", "template")
 
 
 def load_articles(data: Path = DEFAULT_DATA) -> list[dict]:
@@ -206,6 +213,78 @@ def make_page(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[list[d
     return _stream(items, rng)
 
 
+# -- short excerpts of long stories ----------------------------------------------------------
+_SENTENCE_END = re.compile(r"(?<=[.!?\"])\s+(?=[A-Z\"])")
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in _SENTENCE_END.split(text) if s]
+
+
+def excerpt(rng: random.Random, text: str, lead: bool) -> str:
+    """The lead (first sentences, 15-25 % of the words) or a middle passage of 20-40 % of them,
+    whole sentences, with a credit line."""
+    sents = _sentences(text)
+    sizes = [len(s.split()) for s in sents]
+    total = sum(sizes)
+    share = rng.uniform(0.15, 0.25) if lead else rng.uniform(0.2, 0.4)
+    start = 0 if lead else rng.randrange(max(1, len(sents) // 5), max(2, len(sents) // 2))
+    end, words = start, 0
+    while end < len(sents) and words < share * total:
+        words += sizes[end]
+        end += 1
+    source = rng.choice(["Reuters", "the Associated Press", "our partners"])
+    return " ".join(sents[start:end]) + f"\n\nExcerpt. Read the full story at {source}."
+
+
+def _shingles(text: str, k: int = 4) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[i:i + k]) for i in range(len(words) - k + 1)}
+
+
+def _vocabulary(a: dict) -> set[str]:
+    return {w for w in re.findall(r"[a-z]{4,}", a["text"].lower())}
+
+
+def make_excerpt(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[list[dict], list[dict]]:
+    rng = random.Random(seed)
+    long = _long(articles, 400)
+    picked = rng.sample(long, n + n // 3)
+    originals, before = picked[:n], picked[n:]
+    taken = {a["id"] for a in picked}
+    items = []
+    for a in originals:
+        items.append((_rec(a["id"], a["text"]), {"id": a["id"], "cluster": a["id"], "kind": "original"}))
+    for a in before:  # an excerpt first, the whole story later
+        vid = f"{a['id']}-lead-first"
+        items.append((_rec(vid, excerpt(rng, a["text"], rng.random() < 0.5)),
+                      {"id": vid, "cluster": a["id"], "kind": "excerpt-first"}))
+    for i, a in enumerate(originals):
+        lead = i % 3 == 0
+        vid = f"{a['id']}-excerpt"
+        items.append((_rec(vid, excerpt(rng, a["text"], lead)),
+                      {"id": vid, "cluster": a["id"], "kind": "excerpt-lead" if lead else "excerpt-middle"}))
+    for a in before:
+        items.append((_rec(a["id"], a["text"]), {"id": a["id"], "cluster": a["id"], "kind": "after-excerpt"}))
+    # negatives: excerpts of unseen articles of the same source, the closest in vocabulary to a stored story
+    vocab = {a["id"]: _vocabulary(a) for a in long}
+    stream = set().union(*(_shingles(a["text"]) for a in picked))
+    for i, a in enumerate(originals):
+        pool = [o for o in long if o["source"] == a["source"] and o["id"] not in taken] or \
+            [o for o in long if o["id"] not in taken]
+        va = vocab[a["id"]]
+        for other in sorted(pool, key=lambda o: (-len(va & vocab[o["id"]]) / (len(va | vocab[o["id"]]) or 1),
+                                                 o["id"])):
+            text = excerpt(rng, other["text"], i % 3 == 0)
+            own = _shingles(text)
+            if len(own & stream) < 0.5 * len(own):  # not a passage of a stream article itself
+                break
+        taken.add(other["id"])
+        vid = f"{other['id']}-excerpt-other"
+        items.append((_rec(vid, text), {"id": vid, "cluster": vid, "kind": "excerpt-other"}))
+    return _stream(items, rng)
+
+
 # -- look-alike templates --------------------------------------------------------------------
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _NAME = re.compile(r"(?<=[a-z,;] )[A-Z][a-z]+")  # a capitalised word inside a sentence
@@ -253,7 +332,8 @@ def make_template(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[li
     return _stream(items, rng)
 
 
-MAKERS = {"folding": make_folding, "short": make_short, "page": make_page, "template": make_template}
+MAKERS = {"folding": make_folding, "short": make_short, "page": make_page, "excerpt": make_excerpt,
+          "template": make_template}
 
 
 def make(name: str, articles: list[dict], n: int | None = None, seed: int = 1) -> tuple[list[dict], list[dict]]:

@@ -63,6 +63,7 @@ def main() -> int:
         pass
 
     from stream_dedup import fingerprint as fingerprint_module
+    from stream_dedup import passages as passages_module
     from stream_dedup.config import EngineConfig
     from stream_dedup.engine import Deduplicator
     from stream_dedup.record import parse_record
@@ -83,9 +84,14 @@ def main() -> int:
             sketch = kernels.sketch
             kernels.sketch = _timed(sketch, "MinHash + SimHash kernel (sketch)", spent)
             # so are the HTML extraction and the identity sketch (module-level names in fingerprint.py)
-            plain = {name: getattr(fingerprint_module, name) for name in ("html_to_text", "identity_sketch")}
+            plain = {name: getattr(fingerprint_module, name) for name in ("html_to_text", "identity_sketch", "winnow")}
             fingerprint_module.html_to_text = _timed(plain["html_to_text"], "HTML to text", spent)
             fingerprint_module.identity_sketch = _timed(plain["identity_sketch"], "identity sketch", spent)
+            fingerprint_module.winnow = _timed(plain["winnow"], "passage anchors (winnowing kernel)", spent)
+            # the engine calls the passage functions through the module
+            anchor_fns = {name: getattr(passages_module, name) for name in ("lookup", "posting_writes")}
+            passages_module.lookup = _timed(anchor_fns["lookup"], "passage lists: multi-get + shared counts", spent)
+            passages_module.posting_writes = _timed(anchor_fns["posting_writes"], "passage lists: appends", spent)
             parse = _timed(parse_record, "JSON parse + record checks", spent)
             try:
                 t0 = time.perf_counter_ns()
@@ -96,6 +102,8 @@ def main() -> int:
                 kernels.sketch = sketch
                 for name, fn in plain.items():
                     setattr(fingerprint_module, name, fn)
+                for name, fn in anchor_fns.items():
+                    setattr(passages_module, name, fn)
     n = len(lines)
     print(f"records: {n}  (one core; mean microseconds per article)")
     print("| stage | us/article |")

@@ -876,7 +876,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="why a record is (not) a duplicate of another: every measure of the pair",
                        description="Decide on NEW after EARLIER on an empty temporary index, exactly as dedup "
                                    "would, and print the decision with every measure the rules read (Jaccard, "
-                                   "containment both ways, SimHash distance, short-text status, identity "
+                                   "containment both ways, passage anchors shared, SimHash distance, short-text status, identity "
                                    "agreement) and the rules that pass, as JSON. Each file holds one JSON record "
                                    "(the first line of a JSONL file).")
     p.add_argument("earlier", help="JSON file of the earlier record")

@@ -107,6 +107,17 @@ class EngineConfig:
     min_contained_earlier_shingles: int = _opt(
         60, "An earlier article counts as contained in a new one only if it has at least this many shingles: "
             "shorter texts (a site's newsletter blurb stored as an article) recur inside many different pages.")
+    passage_window: int = _opt(
+        32, "Passage anchors for containment candidates (excerpts, the original inside a page): the smallest "
+            "shingle hash of every window of this many word shingles is indexed (winnowing), so a shared run of "
+            "window + shingle size - 1 words shares an anchor (0 = no anchors).")
+    passage_min_shared: int = _opt(
+        3, "A stored article sharing at least this many usable passage anchors with the new one is a candidate; "
+           "its containment is then also measured on the anchors.")
+    passage_common_docs: int = _opt(
+        8, "A passage anchor held by this many indexed articles is boilerplate (site furniture, cookie banners, "
+           "newsletter blurbs): its list is no longer extended and it counts neither as evidence nor in a "
+           "containment.")
     short_text_words: int = _opt(
         10, "Texts of fewer words than this (distinct word shingles + k - 1) are short: they match only by "
             "exact normalised text or by --short-text-jaccard, never by containment or SimHash (0 = no rule).")
@@ -150,6 +161,12 @@ class EngineConfig:
         for name in ("fold_diacritics", "containment_both_ways"):
             if getattr(self, name) not in (0, 1):
                 errors.append(f"{name} must be 0 or 1")
+        if self.passage_window < 0:
+            errors.append("passage_window must be >= 0")
+        if self.passage_min_shared < 1:
+            errors.append("passage_min_shared must be >= 1")
+        if not 1 <= self.passage_common_docs <= 1024:
+            errors.append("passage_common_docs must be within [1, 1024]")
         if self.short_text_words < 0:
             errors.append("short_text_words must be >= 0")
         if self.char_shingles < 0:

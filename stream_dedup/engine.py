@@ -6,13 +6,15 @@ For each article (already fingerprinted):
    processing is idempotent, and an article is never a duplicate of itself.
 2. **Exact** -> the 128-bit hash of the normalised text is already indexed.
 3. **Candidates** -> every stored article sharing an LSH band bucket with the MinHash signature,
-   plus every stored SimHash within ``simhash_k`` bits (permuted tables).
+   plus every stored SimHash within ``simhash_k`` bits (permuted tables), plus every stored article
+   sharing ``passage_min_shared`` usable passage anchors (:mod:`stream_dedup.passages`).
 4. **Verification** against each candidate's stored signature:
    ``minhash``      estimated Jaccard >= ``jaccard_threshold``;
    ``containment``  estimated |A ∩ B| / |A| >= ``containment_threshold`` (A = the new article,
                     trimmed or excerpted copies of B: ``direction`` ``new_in_earlier``), or
                     |A ∩ B| / |B| (B inside a longer page A: ``earlier_in_new``), the contained
-                    article having at least ``min_containment_shingles`` shingles;
+                    article having at least ``min_containment_shingles`` shingles; estimated
+                    from the MinHash Jaccard, or measured on the passage anchors (the larger);
    ``simhash``      Hamming distance <= ``simhash_k`` and Jaccard >= ``simhash_min_jaccard``.
    Nothing is called a duplicate on a candidate hit alone.
    **Look-alikes**: a candidate that passes but whose identity tokens (numbers, names; see
@@ -35,17 +37,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from . import passages
 from .config import EngineConfig
+from .decision import METHODS, Decision  # noqa: F401  (METHODS: re-exported)
 from .fingerprint import Fingerprint, Fingerprinter
 from .folding import FOLDING_VERSION
 from .identity import agreement
 from .index import BUCKET, SIGNATURE_BITS, Index, StoredArticle, stored_signature
+from .index_record import _record_anchors
 from .lsh import Banding, LSHParams, explicit_params, optimal_params
 from .minhash import bbit_jaccard, containment
 from .record import Article
@@ -55,72 +58,6 @@ from .text import TOKENIZER_VERSION
 MAX_PER_BUCKET = 256          # members kept per LSH bucket (the newest)
 MAX_VERIFY = 1024             # candidates verified per article (SimHash hits first, then LSH; oldest first)
 EVICT_EVERY_SECONDS = 60.0    # how often decide() runs the retention sweep
-METHODS = ("exact", "minhash", "containment", "simhash")
-
-
-# slots, not frozen: one is built per article on the hot path (frozen costs ~0.1 us per field); read-only by convention
-@dataclass(slots=True)
-class Decision:
-    id: str
-    type: str                          # "new" | "duplicate-of"
-    duplicate_of: str | None = None    # first-seen article of the matched cluster
-    similarity: float | None = None    # estimated Jaccard with the matched article
-    method: str | None = None          # first of METHODS that matched
-    hamming_distance: int | None = None
-    containment: float | None = None
-    matched_id: str | None = None      # the article actually matched (may be a later copy)
-    methods: tuple[str, ...] = ()
-    candidates: int = 0
-    seen_before: bool = False
-    direction: str | None = None       # containment matches: "new_in_earlier" or "earlier_in_new"
-    template_of: str | None = None     # new, but a look-alike of this article (identity tokens disagree)
-    identity_overlap: float | None = None  # with template_of: share of identity tokens in common
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @property
-    def is_duplicate(self) -> bool:
-        return self.type == "duplicate-of"
-
-    def to_event(self) -> dict[str, Any]:
-        """The JSON event of the ``dedup`` command and of the worker's output topics."""
-        event = {"id": self.id, "type": self.type, "duplicate_of": self.duplicate_of,
-                 "similarity": self.similarity, "method": self.method, "hamming_distance": self.hamming_distance,
-                 "containment": self.containment, "matched_id": self.matched_id, "methods": list(self.methods),
-                 "candidates": self.candidates, "seen_before": self.seen_before}
-        if self.direction is not None:
-            event["direction"] = self.direction
-        if self.template_of is not None:
-            event["template_of"] = self.template_of
-            event["identity_overlap"] = self.identity_overlap
-        if self.extra:
-            event.update(self.extra)
-        return event
-
-    def to_stored(self) -> list[Any]:
-        """The compact form the index keeps (replayed for a repeated id): the event's values in
-        ``_STORED_FIELDS`` order, without the keys, the id (the record has it) and ``seen_before``."""
-        values = [getattr(self, f) for f in _STORED_FIELDS]
-        while values and values[-1] is None:  # the rarer fields are last: most records end earlier
-            values.pop()
-        return values
-
-    @classmethod
-    def from_stored(cls, stored: dict[str, Any] | list[Any], article_id: str | None = None) -> Decision:
-        """The decision first returned, ``seen_before`` set: from :meth:`to_stored` with the article's
-        id, or from an event dict."""
-        if isinstance(stored, list):
-            data = dict(zip(_STORED_FIELDS, stored, strict=False))  # trailing None values were not stored
-            data["id"] = article_id
-        else:
-            data = dict(stored)
-        data["methods"] = tuple(data.get("methods", ()))
-        data["seen_before"] = True
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in known and k != "extra"})
-
-
-_STORED_FIELDS = ("type", "duplicate_of", "similarity", "method", "hamming_distance", "containment", "matched_id",
-                  "methods", "candidates", "direction", "template_of", "identity_overlap")
 
 
 def lsh_params(config: EngineConfig) -> LSHParams:
@@ -143,7 +80,7 @@ class Deduplicator:
                     "char_shingles": c.char_shingles, "folding": FOLDING_VERSION, "tokenizer": TOKENIZER_VERSION,
                     "fold_diacritics": c.fold_diacritics,
                     "bands": self.lsh.bands, "rows": self.lsh.rows, "simhash_k": c.simhash_k,
-                    "simhash_blocks": c.simhash_blocks}
+                    "simhash_blocks": c.simhash_blocks, "passage_window": c.passage_window}
         self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET, memory=c.memory,
                            table_key_bits=min(self.tables.key_bits))
         self._last_evict = 0.0
@@ -210,6 +147,8 @@ class Deduplicator:
         buckets: list[bytes | None] = []
         permuted: list[int] = []
         has_shingles = fp.n_shingles > 0
+        passage: passages.PassageLookup | None = None
+        matched: set[int] = set()
         decision: Decision
         sig = stored_signature(fp.minhash)  # the stored rows, converted once for keys, verification, record
         exact_seq = self.index.exact_match(fp.exact)
@@ -232,14 +171,40 @@ class Deduplicator:
                     found |= set(sorted(lookup.lsh - found)[: MAX_VERIFY - len(found)])
             else:
                 found = set()
-            decision = self._verify(article_id, fp, sig, sorted(found))
+            decision = self._verify(article_id, fp, sig, sorted(found), None, matched)
+            if decision.method in (None, "containment") and fp.anchors.shape[0] \
+                    and not self.is_short_text(fp.n_shingles):
+                decision, passage = self._passages(article_id, fp, sig, found, decision, matched)
             root_id = decision.duplicate_of if decision.is_duplicate else article_id
         self.index.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
                           exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_stored(),
                           bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
                           index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint,
-                          receipt=receipt, identity=fp.identity)
+                          receipt=receipt, identity=fp.identity, anchors=fp.anchors.shape[0],
+                          postings=self._postings(passage, matched, decision, has_shingles))
         return decision
+
+    def _passages(self, article_id: str, fp: Fingerprint, sig: np.ndarray, found: set[int], first: Decision,
+                  matched: set[int]) -> tuple[Decision, passages.PassageLookup]:
+        """The decision again with the passage anchors: their candidates added, containment also
+        measured on anchors, boilerplate discounted. Only for articles that are new or contained
+        after the LSH and SimHash candidates (a Jaccard or SimHash copy needs no more evidence)."""
+        c = self.config
+        passage = passages.lookup(self.index.passages, fp.anchors, c.passage_common_docs, c.passage_min_shared)
+        if not passage.shared and (not first.is_duplicate or passage.usable == fp.anchors.shape[0]):
+            return first, passage  # nothing shared, and no boilerplate to discount: the first decision stands
+        more = sorted(passage.shared, key=passage.shared.__getitem__, reverse=True)[:MAX_VERIFY // 4]
+        matched.clear()
+        return self._verify(article_id, fp, sig, sorted(found.union(more)), passage, matched), passage
+
+    def _postings(self, passage: passages.PassageLookup | None, matched: set[int], decision: Decision,
+                  has_shingles: bool) -> tuple[list[tuple[bytes, bytes]], bytes]:
+        """The passage lists the new article joins: only an article whose lists were read (new, or
+        contained), by the rule of :func:`_adds_to_index`, and none that already holds an article it
+        was verified a duplicate of."""
+        if passage is None or not self._adds_to_index(decision, has_shingles):
+            return [], b""
+        return passages.posting_writes(passage, self.index.next_seq, self.config.passage_common_docs, matched)
 
     def _adds_to_index(self, decision: Decision, has_shingles: bool) -> bool:
         """Whether the article's sketches go into the LSH buckets and SimHash tables.
@@ -318,9 +283,13 @@ class Deduplicator:
     def _delete(self, art: StoredArticle) -> None:
         bucket_keys = self.banding.keys(art.minhash, BUCKET) if art.indexed else []
         permuted = self.tables.permute_all(art.simhash) if art.indexed else []
-        self.index.delete(art, bucket_keys, permuted)
+        postings = passages.removal_writes(self.index.passages, art.seq, self.index.passages_added(art.seq))
+        self.index.delete(art, bucket_keys, permuted, postings)
 
-    def _verify(self, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int]) -> Decision:
+    def _verify(self, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int],
+                passage: passages.PassageLookup | None = None, matched: set[int] | None = None) -> Decision:
+        """The decision among the candidates ``seqs``; the seqs of those that pass the text rules
+        (look-alikes included) are added to ``matched``."""
         if not seqs:
             return Decision(id=article_id, type="new")
         c = self.config
@@ -335,6 +304,8 @@ class Deduplicator:
         # decisions compare the estimates as they are reported (4 decimals): the b-bit correction
         # (1.5e-5 at 16 bits) then leaves an estimate of exactly 64/128 at 0.5, as it was with 32 bits
         jaccards = bbit_jaccard(agree, c.num_perm, SIGNATURE_BITS).tolist()
+        # the share of the new article's passages that are boilerplate (anchors held by many articles)
+        common = 1.0 - passage.usable / fp.anchors.shape[0] if passage is not None else 0.0
         for i, (j_raw, (_, simhash, stored_n, _, _)) in enumerate(zip(jaccards, headers, strict=True)):
             j = round(j_raw, 4)
             ham = hamming(fp.simhash, simhash)
@@ -342,11 +313,16 @@ class Deduplicator:
                 hits, cont, direction = (c.short_text_jaccard < 1.0 and j >= c.short_text_jaccard, False, False), \
                     round(containment(j_raw, n, stored_n), 4), None
             else:
-                cont, direction = self._containment(j_raw, n, stored_n)
+                shared = passage.shared.get(found[i], 0) if passage is not None else 0
+                anchored = passages.anchor_containment(shared, passage.usable, _record_anchors(raw[i], c.num_perm)) \
+                    if shared else None
+                cont, direction = self._containment(j_raw, n, stored_n, anchored, common)
                 hits = (j >= c.jaccard_threshold, direction is not None,
                         ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
             if not any(hits):
                 continue
+            if matched is not None:
+                matched.add(found[i])
             key = (max(j, cont if hits[1] else 0.0), -found[i])  # best score, then the earliest
             if check_identity:
                 agreed = agreement(fp.identity, self.index.identity(raw[i]), c.identity_min_tokens)
@@ -374,7 +350,8 @@ class Deduplicator:
         c = self.config
         return not c.char_shingles and 0 < n_shingles + c.shingle_size - 1 < c.short_text_words
 
-    def _containment(self, j: float, n: int, stored_n: int) -> tuple[float, str | None]:
+    def _containment(self, j: float, n: int, stored_n: int,
+                     anchored: tuple[float, float] | None = None, common: float = 0.0) -> tuple[float, str | None]:
         """(containment, direction) of the best containment match in either direction, or
         (|A∩B|/|A|, None) when neither reaches ``containment_threshold``.
 
@@ -383,15 +360,25 @@ class Deduplicator:
         ``containment_both_ways``. The contained side needs at least ``min_containment_shingles``
         shingles (new in earlier) or ``min_contained_earlier_shingles`` (earlier in new: a short
         earlier text, such as a site blurb stored as an article, recurs inside many pages).
+        ``anchored``: both containments measured on passage anchors, used where larger. ``common``:
+        the share of the new article's anchors that are boilerplate; the MinHash estimate of
+        new-in-earlier counts the rest only, as if all boilerplate were shared: (C - common) / (1 - common).
         """
         c = self.config
         # rounded as reported (4 decimals) before the thresholds, like the Jaccard estimate
-        new_in_earlier = round(containment(j, n, stored_n), 4)
+        new_in_earlier = containment(j, n, stored_n)
+        if common > 0.0:
+            new_in_earlier = max(0.0, new_in_earlier - common) / (1.0 - common) if common < 1.0 else 0.0
+        new_in_earlier = round(new_in_earlier, 4)
+        if anchored is not None:
+            new_in_earlier = max(new_in_earlier, anchored[0])
         best, direction = new_in_earlier, None
         if n >= c.min_containment_shingles and new_in_earlier >= c.containment_threshold:
             direction = "new_in_earlier"
         if c.containment_both_ways and stored_n >= max(c.min_containment_shingles, c.min_contained_earlier_shingles):
             earlier_in_new = round(containment(j, stored_n, n), 4)
+            if anchored is not None:
+                earlier_in_new = max(earlier_in_new, anchored[1])
             if earlier_in_new >= c.containment_threshold and (direction is None or earlier_in_new > best):
                 best, direction = earlier_in_new, "earlier_in_new"
         return best, direction

@@ -2,7 +2,8 @@
 
 :func:`explain` runs the real engine on a fresh, temporary index (A first, then B), so the
 ``decision`` it reports is exactly what ``dedup`` would say about B after A, and adds the measures
-of the pair: estimated Jaccard, containment in both directions, SimHash distance, the short-text
+of the pair: estimated Jaccard, containment in both directions (estimated from MinHash and measured
+on passage anchors, :mod:`stream_dedup.passages`), SimHash distance, the short-text
 status, the identity agreement, and which rules pass at the given configuration.
 """
 
@@ -15,6 +16,7 @@ from .config import EngineConfig
 from .engine import Deduplicator
 from .identity import agreement
 from .minhash import containment
+from .passages import anchor_containment
 from .record import Article
 from .simhash import hamming
 
@@ -30,6 +32,10 @@ def explain(config: EngineConfig, a: Article, b: Article) -> dict[str, Any]:
     j = float((fa.minhash == fb.minhash).mean())
     b_in_a = containment(j, fb.n_shingles, fa.n_shingles)
     a_in_b = containment(j, fa.n_shingles, fb.n_shingles)
+    shared = len(set(fa.anchors.tolist()) & set(fb.anchors.tolist()))
+    anchored = anchor_containment(shared, fb.anchors.shape[0], fa.anchors.shape[0]) \
+        if shared >= c.passage_min_shared else (0.0, 0.0)
+    b_in_a, a_in_b = max(b_in_a, anchored[0]), max(a_in_b, anchored[1])
     ham = hamming(fa.simhash, fb.simhash)
     agreed = agreement(fb.identity, fa.identity, c.identity_min_tokens)
     is_short = any(short.values())
@@ -52,6 +58,7 @@ def explain(config: EngineConfig, a: Article, b: Article) -> dict[str, Any]:
         "jaccard": round(j, 4),
         "shingles": {a.id: fa.n_shingles, b.id: fb.n_shingles},
         "containment": {"new_in_earlier": round(b_in_a, 4), "earlier_in_new": round(a_in_b, 4)},
+        "passage_anchors": {a.id: int(fa.anchors.shape[0]), b.id: int(fb.anchors.shape[0]), "shared": shared},
         "hamming_distance": ham,
         "short_text": short,
         "identity": {"tokens_sampled": {a.id: int(fa.identity.shape[0]), b.id: int(fb.identity.shape[0])},

@@ -1,8 +1,9 @@
 """Everything the index needs to know about one article, computed without any state.
 
 text -> (HTML extraction) -> folding (:mod:`stream_dedup.folding`) -> tokens -> token hashes -> word k-shingle hashes
--> MinHash signature (uint32[num_perm]), 64-bit SimHash, 128-bit exact hash, distinct shingle count;
-and from the unfolded text, the identity sketch (:mod:`stream_dedup.identity`).
+-> MinHash signature (uint32[num_perm]), 64-bit SimHash, 128-bit exact hash, distinct shingle count,
+passage anchors (:mod:`stream_dedup.passages`); and from the unfolded text, the identity sketch
+(:mod:`stream_dedup.identity`).
 
 :class:`Fingerprint` has a compact, versioned byte form (:meth:`Fingerprint.to_bytes`) so a
 fingerprint computed on one worker can be decided on by another.
@@ -26,13 +27,15 @@ from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
 from .html_text import html_to_text
 from .identity import identity_pairs_reference, identity_sketch
 from .minhash import MinHasher, signature_numpy
+from .passages import MAX_ANCHORS, NO_ANCHORS, winnow, winnow_reference
 from .record import Article
 from .simhash import simhash_numpy
 from .text import ascii_equivalent, blank_non_word, char_tokens, has_no_boundary_script, tokenize
 
 # 2: text folding (stream_dedup.folding) and Hangul per character, and the identity sketch after
-# the signature; a version-1 fingerprint was computed from other tokens, so it is refused
-_WIRE_VERSION = 2
+# the signature; a version-1 fingerprint was computed from other tokens, so it is refused.
+# 3: passage anchors (u16 count, then uint64 BE each) after the identity sketch
+_WIRE_VERSION = 3
 _HEADER = struct.Struct(">BHQI16s")  # version, num_perm, simhash, n_shingles, exact hash
 _COUNT = struct.Struct(">H")          # identity sketch length (after the signature), then uint32 BE each
 _M32 = np.uint64(0xFFFFFFFF)
@@ -47,11 +50,13 @@ class Fingerprint:
     exact: bytes             # 128-bit hash of the normalised text
     n_shingles: int          # number of distinct shingles (set size, for containment)
     identity: np.ndarray = field(default_factory=lambda: _NO_IDENTITY)  # sorted uint32 (stream_dedup.identity)
+    anchors: np.ndarray = field(default_factory=lambda: NO_ANCHORS)     # sorted uint64 (stream_dedup.passages)
 
     def to_bytes(self) -> bytes:
         return b"".join((_HEADER.pack(_WIRE_VERSION, self.minhash.shape[0], self.simhash, self.n_shingles, self.exact),
                          self.minhash.astype(">u4").tobytes(), _COUNT.pack(self.identity.shape[0]),
-                         self.identity.astype(">u4").tobytes()))
+                         self.identity.astype(">u4").tobytes(), _COUNT.pack(self.anchors.shape[0]),
+                         self.anchors.astype(">u8").tobytes()))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Fingerprint:
@@ -66,16 +71,21 @@ class Fingerprint:
             raise ValueError(f"fingerprint has {len(data) - _HEADER.size} bytes after its header, expected at "
                              f"least {4 * num_perm + _COUNT.size}")
         (k,) = _COUNT.unpack_from(data, sig_end)
-        if len(data) != sig_end + _COUNT.size + 4 * k:
-            raise ValueError(f"fingerprint has {len(data)} bytes, expected {sig_end + _COUNT.size + 4 * k}")
+        anchors_at = sig_end + _COUNT.size + 4 * k
+        if len(data) < anchors_at + _COUNT.size:
+            raise ValueError(f"fingerprint has {len(data)} bytes, expected at least {anchors_at + _COUNT.size}")
+        (a,) = _COUNT.unpack_from(data, anchors_at)
+        if len(data) != anchors_at + _COUNT.size + 8 * a:
+            raise ValueError(f"fingerprint has {len(data)} bytes, expected {anchors_at + _COUNT.size + 8 * a}")
         sig = np.frombuffer(data, dtype=">u4", count=num_perm, offset=_HEADER.size).astype(np.uint32)
         identity = np.frombuffer(data, dtype=">u4", count=k, offset=sig_end + _COUNT.size).astype(np.uint32)
-        return cls(sig, sim, exact, n, identity)
+        anchors = np.frombuffer(data, dtype=">u8", count=a, offset=anchors_at + _COUNT.size).astype(np.uint64)
+        return cls(sig, sim, exact, n, identity, anchors)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Fingerprint) and self.simhash == other.simhash and self.exact == other.exact
                 and self.n_shingles == other.n_shingles and np.array_equal(self.minhash, other.minhash)
-                and np.array_equal(self.identity, other.identity))
+                and np.array_equal(self.identity, other.identity) and np.array_equal(self.anchors, other.anchors))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -130,7 +140,13 @@ class Fingerprinter:
         n, mins, sim = kernels.sketch(th, self.shingle_size, m._a_lo, m._a_hi, m.b)
         return Fingerprint(minhash=mins.astype(np.uint32), simhash=int(sim),  # astype keeps the low 32 bits
                            exact=exact_hash(th, self.config.seed), n_shingles=int(n),
-                           identity=self._identity(text))
+                           identity=self._identity(text), anchors=self._anchors(th))
+
+    def _anchors(self, token_hashes: np.ndarray) -> np.ndarray:
+        """Passage anchors (:mod:`stream_dedup.passages`), none when ``passage_window`` is 0."""
+        if self.config.passage_window > 0:
+            return winnow(token_hashes, self.shingle_size, self.config.passage_window)[:MAX_ANCHORS]
+        return NO_ANCHORS
 
     def _identity(self, text: str) -> np.ndarray:
         """The identity sketch, or an empty one when the identity check is off (it costs ~35 us)."""
@@ -153,4 +169,5 @@ class Fingerprinter:
                            exact=exact_hash(th, self.config.seed), n_shingles=int(unique.shape[0]),
                            identity=identity_pairs_reference(fold(html_to_text(text) if is_html else text,
                                                                    bool(self.config.fold_diacritics), case=False))
-                           if self.config.identity_threshold > 0 else _NO_IDENTITY)
+                           if self.config.identity_threshold > 0 else _NO_IDENTITY,
+                           anchors=winnow_reference(shingles, self.config.passage_window)[:MAX_ANCHORS])

@@ -1,6 +1,6 @@
 """The persistent index: LSH buckets, permuted SimHash tables and article records in RocksDB.
 
-One RocksDB (via rocksdict, raw bytes) with five column families. Every integer is big-endian,
+One RocksDB (via rocksdict, raw bytes) with six column families. Every integer is big-endian,
 so byte order is numeric order and a prefix seek is a range scan:
 
 =========  =========================================  ===========================  ====================
@@ -10,6 +10,8 @@ points     ``A`` seq(8)                               article record (below)    
 points     ``I`` mmh3(id)(8) article id (UTF-8)       seq(8)                       idempotency, remove
 points     ``X`` exact hash(16)                       seq(8)                       exact fast path
 points     ``B`` band(2) rows(2r)                     seq(4) x n, oldest first     LSH bucket
+points     ``D`` seq(8)                               anchors it added (6 bytes)   remove, evict
+passages   anchor(6)                                  seq(4) x n, oldest first     passage anchors
 simhash    table(1) permuted simhash(8) seq(8)        empty                        permuted tables
 time       first_seen ms(8) seq(8)                    empty                        retention order
 receipts   token (the caller orders it)               offset(8) replayed(1)        delivery receipts
@@ -32,6 +34,9 @@ hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b
 see :func:`stored_signature`), the article id and its cluster root id (length-prefixed
 UTF-8), the identity sketch (uint32 BE, length-prefixed), and the decision first returned for it
 as JSON (the engine stores a compact list, replayed when the id comes again).
+
+The ``passages`` family holds the posting lists of :mod:`stream_dedup.passages` (hash-indexed
+memtable keyed by the whole 6-byte anchor).
 
 All writes for one article go in one ``WriteBatch`` across families: a crash leaves an article
 either fully indexed or absent.
@@ -64,6 +69,7 @@ from .index_record import (
     stored_signature,
 )
 from .kernels import equal_counts
+from .passages import ANCHOR_BYTES, DELETE_PREFIX, PASSAGES
 
 _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
@@ -73,8 +79,9 @@ _BUCKET_SEQ = struct.Struct(">I")    # a member of an LSH bucket: its seq (4 byt
 _MAX_SEQ = 2**32 - 1                  # seqs are never reused (retention included): 4.3 billion articles
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
 # 5: 16-bit signature rows and LSH bucket keys, 4-byte bucket members, records hold the identity
-# sketch, ordered delivery receipts in their own family (3: 32-bit rows, 8-byte members)
-_SCHEMA = 5
+# sketch, ordered delivery receipts in their own family (3: 32-bit rows, 8-byte members);
+# 6: passage anchors (posting lists, D deletion lists, anchor count in the record)
+_SCHEMA = 6
 _POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
@@ -122,12 +129,14 @@ class Index:
                                            MemtableFactory.hash_skip_list(budget.hash_buckets, 4, 4)),
             _TIME: budget.table_options(),
             _RECEIPTS: budget.table_options(),  # ordered: a consumer sweeps ranges of them
+            PASSAGES: budget.table_options(ANCHOR_BYTES, MemtableFactory.hash_link_list(budget.hash_buckets)),
         }
         self.db = Rdict(str(self.path), opts, column_families=families)
         self._points = self.db.get_column_family(_POINTS)
         self._tables = self.db.get_column_family(_SIMHASH)
         self._time = self.db.get_column_family(_TIME)
         self._receipts = self.db.get_column_family(_RECEIPTS)
+        self.passages = self.db.get_column_family(PASSAGES)
         self._cf = {name: self.db.get_column_family_handle(name) for name in families}
         if not durable_writes:
             wo = WriteOptions()
@@ -174,10 +183,12 @@ class Index:
         return None if v is None else _U64.unpack(v)[0]
 
     def key_counts(self) -> Counter:
-        """Keys per family (``A I X B`` of points, ``S`` simhash, ``T`` time, ``M`` metadata); O(n)."""
+        """Keys per family (``A I X B D`` of points, ``S`` simhash, ``T`` time, ``P`` passages,
+        ``M`` metadata); O(n)."""
         counts: Counter = Counter(bytes(k[:1]) for k in self._points.keys(read_opt=self._ordered_read))
         counts[b"S"] = sum(1 for _ in self._tables.keys(read_opt=self._ordered_read))
         counts[b"T"] = sum(1 for _ in self._time.keys())
+        counts[b"P"] = sum(1 for _ in self.passages.keys(read_opt=self._ordered_read))
         counts[b"M"] = sum(1 for _ in self.db.keys())
         return +counts
 
@@ -277,11 +288,14 @@ class Index:
                minhash: np.ndarray, root_id: str, decision: dict | list, bucket_keys: list[bytes],
                buckets: list[bytes | None], permuted: list[int], index_sketches: bool,
                checkpoint: tuple[str, int] | None, receipt: bytes | None = None,
-               identity: np.ndarray = NO_IDENTITY) -> int:
+               identity: np.ndarray = NO_IDENTITY, anchors: int = 0,
+               postings: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")) -> int:
         """Index one article.
 
         ``bucket_keys`` are its LSH bucket keys (``BUCKET`` + band key) with ``buckets`` their
         values as :meth:`lookup` read them; ``permuted`` is its SimHash permuted for each table.
+        ``anchors`` is its number of passage anchors, ``postings`` the passage lists to write and
+        the anchors it added (:func:`stream_dedup.passages.posting_writes`; made for this ``seq``).
         """
         seq = self.next_seq
         if seq > _MAX_SEQ:
@@ -292,7 +306,7 @@ class Index:
         wb = WriteBatch(raw_mode=True)
         put = wb.put
         put(b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
-                                       article_id, root_id, decision, identity), points)
+                                       article_id, root_id, decision, identity, anchors), points)
         put(self._cached_id_key(article_id), s8, points)
         put(_u64(int(first_seen * 1000)) + s8, b"", self._cf[_TIME])
         if index_sketches:
@@ -304,6 +318,11 @@ class Index:
             pack = _TABLE_ENTRY.pack
             for table, p in enumerate(permuted):
                 put(pack(table, p, seq), b"", tables)
+        if postings[0]:
+            family = self._cf[PASSAGES]
+            for key, value in postings[0]:
+                put(key, value, family)
+            put(DELETE_PREFIX + s8, postings[1], points)
         self.next_seq = seq + 1
         self.count += 1
         put(b"Mstate", _STATE.pack(self.next_seq, self.count))
@@ -343,8 +362,14 @@ class Index:
         """Drop the receipts whose tokens sort in ``[begin, end)`` (one range tombstone)."""
         self._receipts.delete_range(begin, end)
 
-    def delete(self, art: StoredArticle, bucket_keys: list[bytes], permuted: list[int]) -> None:
-        """Remove every key of ``art`` in one atomic write (bucket values are read, so one at a time)."""
+    def passages_added(self, seq: int) -> bytes | None:
+        """The anchors article ``seq`` added to the passage lists (6 bytes each), if any."""
+        return self._points.get(DELETE_PREFIX + _u64(seq))
+
+    def delete(self, art: StoredArticle, bucket_keys: list[bytes], permuted: list[int],
+               postings: list[tuple[bytes, bytes | None]] = ()) -> None:
+        """Remove every key of ``art`` in one atomic write (bucket values are read, so one at a time);
+        ``postings`` are its passage lists rewritten without it (None: delete)."""
         points = self._cf[_POINTS]
         wb = WriteBatch(raw_mode=True)
         s8 = _u64(art.seq)
@@ -352,6 +377,12 @@ class Index:
         if self.seq_of(art.article_id) == art.seq:
             wb.delete(self._cached_id_key(art.article_id), points)
         wb.delete(_u64(int(art.first_seen * 1000)) + s8, self._cf[_TIME])
+        wb.delete(DELETE_PREFIX + s8, points)
+        for key, value in postings:
+            if value is None:
+                wb.delete(key, self._cf[PASSAGES])
+            else:
+                wb.put(key, value, self._cf[PASSAGES])
         if art.indexed:
             if self.exact_match(art.exact) == art.seq:
                 wb.delete(b"X" + art.exact, points)
@@ -394,12 +425,12 @@ class Index:
         return total
 
     def flush(self) -> None:
-        for name in (_POINTS, _SIMHASH, _TIME):
+        for name in (_POINTS, _SIMHASH, _TIME, PASSAGES):
             self.db.get_column_family(name).flush()
         self.db.flush()
 
     def close(self) -> None:
         """Close the database; the family handles are dropped too (they keep it open otherwise)."""
         self.db.close()
-        self._points = self._tables = self._time = self._receipts = None  # type: ignore[assignment]
+        self._points = self._tables = self._time = self._receipts = self.passages = None  # type: ignore[assignment]
         self._cf = {}

@@ -3,7 +3,8 @@
 A record packs, big-endian: first-seen time (f64), SimHash (u64), set size (u32), flags (u8), the
 exact hash (16 bytes), the MinHash signature as the index keeps it (the low ``SIGNATURE_BITS`` = 16
 bits of each row, :func:`stored_signature`), the UTF-8 lengths of the article id and its cluster
-root id and the length of the identity sketch (u16 each), both ids, the identity sketch (uint32 BE,
+root id, the length of the identity sketch and the number of passage anchors of the article
+(:mod:`stream_dedup.passages`, capped at 65,535) (u16 each), both ids, the identity sketch (uint32 BE,
 :mod:`stream_dedup.identity`), and the decision first returned for the article as JSON.
 """
 
@@ -18,7 +19,7 @@ import orjson
 __all__ = ["FLAG_INDEXED", "NO_IDENTITY", "SIGNATURE_BITS", "StoredArticle", "stored_signature"]
 
 _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
-_LENGTHS = struct.Struct(">HHH")     # UTF-8 lengths of the article id and its cluster root id, identity sketch length
+_LENGTHS = struct.Struct(">HHHH")    # UTF-8 lengths of the ids, identity sketch length, passage anchors
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
 SIGNATURE_BITS = 16     # bits kept of each MinHash row in the index (b-bit minwise hashing)
 _SIG_DTYPE = np.dtype(">u2")
@@ -48,19 +49,19 @@ NO_IDENTITY = np.zeros(0, dtype=np.uint32)
 
 def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes,
                  minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list,
-                 identity: np.ndarray = NO_IDENTITY) -> bytes:
+                 identity: np.ndarray = NO_IDENTITY, anchors: int = 0) -> bytes:
     aid = article_id.encode("utf-8", "surrogatepass")
     rid = root_id.encode("utf-8", "surrogatepass")
     return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
                      stored_signature(minhash).tobytes(),
-                     _LENGTHS.pack(len(aid), len(rid), identity.shape[0]), aid, rid,
+                     _LENGTHS.pack(len(aid), len(rid), identity.shape[0], min(anchors, 0xFFFF)), aid, rid,
                      identity.astype(">u4", copy=False).tobytes(), orjson.dumps(decision)))
 
 
 def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
     """(article id, cluster root id, offset of the decision JSON) of a packed record."""
     pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
-    id_len, root_len, k = _LENGTHS.unpack_from(value, pos)
+    id_len, root_len, k, _ = _LENGTHS.unpack_from(value, pos)
     pos += _LENGTHS.size
     end = pos + id_len + root_len
     return (value[pos:pos + id_len].decode("utf-8", "surrogatepass"),
@@ -70,9 +71,14 @@ def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
 def _record_identity(value: bytes, num_perm: int) -> np.ndarray:
     """The identity sketch (sorted uint32) of a packed record."""
     pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
-    id_len, root_len, k = _LENGTHS.unpack_from(value, pos)
+    id_len, root_len, k, _ = _LENGTHS.unpack_from(value, pos)
     start = pos + _LENGTHS.size + id_len + root_len
     return np.frombuffer(value, dtype=">u4", count=k, offset=start).astype(np.uint32)
+
+
+def _record_anchors(value: bytes, num_perm: int) -> int:
+    """The number of passage anchors of the article of a packed record."""
+    return _LENGTHS.unpack_from(value, _RECORD.size + _SIG_DTYPE.itemsize * num_perm)[3]
 
 
 def _unpack_record(seq: int, value: bytes, num_perm: int) -> StoredArticle:

@@ -175,9 +175,9 @@ def test_seed_changes_everything() -> None:
 def test_to_bytes_layout() -> None:
     fp = DEFAULT.fingerprint_text(PINNED_TEXT)
     data = fp.to_bytes()
-    k = fp.identity.shape[0]
-    assert k > 0 and len(data) == 31 + 4 * 128 + 2 + 4 * k
-    assert data[0] == 2                                     # version
+    k, a = fp.identity.shape[0], fp.anchors.shape[0]
+    assert k > 0 and a > 0 and len(data) == 31 + 4 * 128 + 2 + 4 * k + 2 + 8 * a
+    assert data[0] == 3                                     # version
     assert int.from_bytes(data[1:3], "big") == 128          # num_perm
     assert int.from_bytes(data[3:11], "big") == PINNED_SIMHASH
     assert int.from_bytes(data[11:15], "big") == PINNED_N_SHINGLES
@@ -185,6 +185,9 @@ def test_to_bytes_layout() -> None:
     assert int.from_bytes(data[31:35], "big") == PINNED_MINHASH_8[0]
     assert int.from_bytes(data[543:545], "big") == k       # identity sketch length, then uint32 BE each
     assert int.from_bytes(data[545:549], "big") == int(fp.identity[0])
+    at = 545 + 4 * k                                        # passage anchors: count, then uint64 BE each
+    assert int.from_bytes(data[at:at + 2], "big") == a
+    assert int.from_bytes(data[at + 2:at + 10], "big") == int(fp.anchors[0])
 
 
 @settings(max_examples=200, deadline=None)
@@ -216,7 +219,8 @@ GOOD = DEFAULT.fingerprint_text(PINNED_TEXT).to_bytes()
     GOOD[:-1],                        # signature truncated
     GOOD + b"\x00",                   # trailing byte
     b"\x01" + GOOD[1:],               # version 1: other folding, refused
-    b"\x03" + GOOD[1:],               # unknown version
+    b"\x02" + GOOD[1:],               # version 2: no passage anchors, refused
+    b"\x04" + GOOD[1:],               # unknown version
     b"\x00" + GOOD[1:],
     GOOD[:1] + b"\x00\x10" + GOOD[3:],  # header says 16 permutations, body holds 128
     b"not a fingerprint at all, clearly garbage",
@@ -228,7 +232,7 @@ def test_from_bytes_rejects_garbage(garbage: bytes) -> None:
 
 def test_equality() -> None:
     fp = DEFAULT.fingerprint_text(PINNED_TEXT)
-    other = Fingerprint(fp.minhash.copy(), fp.simhash, fp.exact, fp.n_shingles, fp.identity.copy())
+    other = Fingerprint(fp.minhash.copy(), fp.simhash, fp.exact, fp.n_shingles, fp.identity.copy(), fp.anchors.copy())
     assert fp == other
     changed = fp.minhash.copy()
     changed[5] ^= 1
@@ -236,7 +240,8 @@ def test_equality() -> None:
     assert fp != Fingerprint(fp.minhash, fp.simhash ^ 1, fp.exact, fp.n_shingles)
     assert fp != Fingerprint(fp.minhash, fp.simhash, bytes(16), fp.n_shingles)
     assert fp != Fingerprint(fp.minhash, fp.simhash, fp.exact, fp.n_shingles + 1)
-    assert fp != Fingerprint(fp.minhash, fp.simhash, fp.exact, fp.n_shingles, fp.identity[1:])
+    assert fp != Fingerprint(fp.minhash, fp.simhash, fp.exact, fp.n_shingles, fp.identity[1:], fp.anchors)
+    assert fp != Fingerprint(fp.minhash, fp.simhash, fp.exact, fp.n_shingles, fp.identity, fp.anchors[1:])
     assert fp != "fingerprint"
     with pytest.raises(TypeError):
         hash(fp)
@@ -276,3 +281,5 @@ def test_character_shingles_change_the_index_settings(tmp_path) -> None:
 def test_a_version_1_fingerprint_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="unknown fingerprint version 1 .*same release"):
         Fingerprint.from_bytes(b"\x01" + GOOD[1:])
+    with pytest.raises(ValueError, match="unknown fingerprint version 2 .*same release"):  # before passage anchors
+        Fingerprint.from_bytes(b"\x02" + GOOD[1:])

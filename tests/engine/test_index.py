@@ -196,7 +196,7 @@ def test_an_index_in_the_old_format_is_refused_in_one_line(tmp_path: Path) -> No
     stored = json.loads(idx.db.get(b"Msettings"))
     idx.db.put(b"Msettings", json.dumps({**stored, "schema": 3}, sort_keys=True).encode())  # as format 3 wrote it
     idx.close()
-    with pytest.raises(ValueError, match=r"is in format 3 .*reads format 5 \(16-bit signatures\).*Rebuild") as err:
+    with pytest.raises(ValueError, match=r"is in format 3 .*reads format 6 \(16-bit signatures\).*Rebuild") as err:
         open_index(tmp_path)
     assert "\n" not in str(err.value)
 

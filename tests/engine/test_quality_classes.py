@@ -113,7 +113,8 @@ def test_class_streams_are_deterministic_and_hold_both_sides() -> None:
 @pytest.mark.parametrize(("name", "min_precision", "min_recall", "max_lookalikes"), [
     ("folding", 1.0, 0.95, 0),
     ("short", 0.95, 0.75, 1),
-    ("page", 0.98, 0.6, 0),
+    ("page", 0.98, 0.95, 0),
+    ("excerpt", 0.95, 0.95, 1),
     ("template", 0.95, 0.95, 2),
 ])
 def test_class_figures(name: str, min_precision: float, min_recall: float, max_lookalikes: int) -> None:
