@@ -283,6 +283,23 @@ def count_distinct(values):
     return distinct
 
 
+@njit(cache=True, inline="always")
+def shingle_hashes(token_hashes, k):
+    """The 64-bit hash of every word k-shingle (k consecutive token hashes; one shingle of all
+    tokens when there are fewer than k).  ``token_hashes`` must not be empty."""
+    n = token_hashes.shape[0]
+    kk = min(k, n)
+    m = n - kk + 1
+    sh = np.empty(m, dtype=np.uint64)
+    mul = np.uint64(0x9E3779B97F4A7C15)
+    for i in range(m):
+        acc = np.uint64(0x2545F4914F6CDD1D)
+        for j in range(kk):
+            acc = (acc ^ token_hashes[i + j]) * mul
+        sh[i] = _fmix(acc ^ np.uint64(kk))
+    return sh
+
+
 @njit(cache=True)
 def sketch(token_hashes, k, a_lo, a_hi, b):
     """(distinct shingle count, MinHash minima uint64[num_perm], SimHash) of a token-hash sequence.
@@ -297,15 +314,8 @@ def sketch(token_hashes, k, a_lo, a_hi, b):
     mins = np.full(num_perm, p, dtype=np.uint64)
     if n == 0:
         return 0, mins, np.uint64(0)
-    kk = min(k, n)
-    m = n - kk + 1
-    sh = np.empty(m, dtype=np.uint64)
-    mul = np.uint64(0x9E3779B97F4A7C15)
-    for i in range(m):
-        acc = np.uint64(0x2545F4914F6CDD1D)
-        for j in range(kk):
-            acc = (acc ^ token_hashes[i + j]) * mul
-        sh[i] = _fmix(acc ^ np.uint64(kk))
+    sh = shingle_hashes(token_hashes, k)
+    m = sh.shape[0]
     fp = simhash64(sh)
     for i in range(m):
         _minhash_update(sh[i] >> np.uint64(32), a_lo, a_hi, b, mins)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .kernels import _fmix
+from .kernels import shingle_hashes
 
 ANCHOR_BYTES = 6   # anchors are the top 48 bits of a shingle hash (key of a posting list)
 _SEQ_BYTES = 4
@@ -64,15 +64,8 @@ def winnow(token_hashes, k, w):
     n = token_hashes.shape[0]
     if n == 0 or w <= 0:
         return np.zeros(0, dtype=np.uint64)
-    kk = min(k, n)
-    m = n - kk + 1
-    sh = np.empty(m, dtype=np.uint64)
-    mul = np.uint64(0x9E3779B97F4A7C15)
-    for i in range(m):
-        acc = np.uint64(0x2545F4914F6CDD1D)
-        for j in range(kk):
-            acc = (acc ^ token_hashes[i + j]) * mul
-        sh[i] = _fmix(acc ^ np.uint64(kk))
+    sh = shingle_hashes(token_hashes, k)
+    m = sh.shape[0]
     ww = min(w, m)
     out = np.empty(m, dtype=np.uint64)
     c = 0
