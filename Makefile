@@ -26,7 +26,15 @@ $(VENV)/.installed: pyproject.toml requirements/dev.lock $(VENV)/bin/uv
 	$(UV) pip install -q --python $(PY) --no-deps --no-build-isolation -e .
 	touch $@
 
-install: $(VENV)/.installed
+# The kernels compiled ahead of time (numba pycc, this CPU): the engine then starts without
+# importing numba. Rebuilt when a kernel source changes; without a C compiler the build says so
+# and numba's JIT stays in use (see stream_dedup/jit.py).
+AOT_INDEX := stream_dedup/_aot_kernels.json
+$(AOT_INDEX): $(VENV)/.installed stream_dedup/jit.py stream_dedup/aot.py stream_dedup/kernels.py \
+		stream_dedup/identity.py stream_dedup/passages.py
+	$(PY) -m stream_dedup.aot -q
+
+install: $(VENV)/.installed $(AOT_INDEX)
 
 # Refresh the lock files from pyproject.toml (needs PyPI); commit the result.
 lock:

@@ -42,10 +42,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from numba import njit
 
 from .folding import fold
 from .hashing import token_hash
+from .jit import inline, kernel
 from .kernels import _fmix, _murmur3_64_padded
 from .text import ascii_equivalent
 
@@ -114,7 +114,7 @@ def identity_pairs_reference(text: str) -> np.ndarray:
     return _select(np.array(pairs, dtype=np.uint32))
 
 
-@njit(cache=True)
+@kernel
 def _select_kernel(pairs, k):
     """The ``k`` smallest distinct pairs of each kind (number bit set or not), sorted."""
     ordered = np.sort(pairs)
@@ -141,12 +141,12 @@ def _select(pairs: np.ndarray) -> np.ndarray:
     return _select_kernel(pairs.astype(np.uint32, copy=False), IDENTITY_K) if pairs.shape[0] else _EMPTY
 
 
-@njit(cache=True, inline="always")
+@inline
 def _is_word_byte(c):
     return (48 <= c <= 57) or (65 <= c <= 90) or (97 <= c <= 122) or c == 95
 
 
-@njit(cache=True)
+@kernel
 def identity_pairs_ascii(buf, seed):
     """:func:`identity_pairs_reference` as a byte scan of ASCII-compatible UTF-8 (bytes >= 0x80 are
     separators, as the common punctuation they encode is); unsorted, with repeats."""
@@ -210,7 +210,7 @@ def identity_sketch(text: str, diacritics: bool = True) -> np.ndarray:
     return identity_pairs_reference(text)
 
 
-@njit(cache=True)
+@kernel
 def _kind_counts(a, b, flag, k):
     """(contexts common to both sketches, of which with a same token) over the pairs of one kind
     (``flag`` = 0x8000 numbers, 0 names), on the context range both samples cover completely."""

@@ -12,25 +12,29 @@ tests compare it with bit for bit:
   the exact MinHash minima (see :mod:`stream_dedup.minhash`) and the SimHash (see
   :mod:`stream_dedup.simhash`), in one call.
 
-Compiled on first use and cached on disk (``NUMBA_CACHE_DIR`` chooses where).
+Compiled ahead of time by ``python -m stream_dedup.aot`` (``make install`` runs it), else by numba
+on first use and cached on disk (``NUMBA_CACHE_DIR`` chooses where): see :mod:`stream_dedup.jit`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-from numba.cpython.unsafe.numbers import trailing_zeros
+
+from .jit import compiling, inline, kernel
+
+if compiling():  # a numba intrinsic, only read by numba when it compiles the kernels
+    from numba.cpython.unsafe.numbers import trailing_zeros
 
 C1 = np.uint64(0x87C37B91114253D5)
 C2 = np.uint64(0x4CF5AD432745937F)
 
 
-@njit(cache=True, inline="always")
+@inline
 def _rotl(x, r):
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
-@njit(cache=True, inline="always")
+@inline
 def _fmix(k):
     k ^= k >> np.uint64(33)
     k *= np.uint64(0xFF51AFD7ED558CCD)
@@ -40,7 +44,7 @@ def _fmix(k):
     return k
 
 
-@njit(cache=True, inline="always")
+@inline
 def _load64(buf, i):
     v = np.uint64(0)
     for b in range(8):
@@ -48,27 +52,27 @@ def _load64(buf, i):
     return v
 
 
-@njit(cache=True, inline="always")
+@inline
 def _mix_k1(k1):
     k1 *= C1
     k1 = _rotl(k1, 31)
     return k1 * C2
 
 
-@njit(cache=True, inline="always")
+@inline
 def _mix_k2(k2):
     k2 *= C2
     k2 = _rotl(k2, 33)
     return k2 * C1
 
 
-@njit(cache=True, inline="always")
+@inline
 def _low_bytes(v, count):
     """The ``count`` (0..8) least significant bytes of ``v``: the first ``count`` bytes of a load."""
     return v & ((np.uint64(1) << np.uint64(8 * count)) - np.uint64(1)) if count < 8 else v
 
 
-@njit(cache=True, inline="always")
+@inline
 def _murmur3_64_padded(buf, start, end, seed):
     """First 64 bits of MurmurHash3_x64_128(buf[start:end], seed), for a ``buf`` readable for 16
     bytes past ``end``: the tail is one or two whole 8-byte loads cut to length, not a byte loop."""
@@ -101,7 +105,7 @@ def _murmur3_64_padded(buf, start, end, seed):
     return h1 + h2
 
 
-@njit(cache=True)
+@kernel
 def murmur3_64(buf, start, end, seed):
     """First 64 bits of MurmurHash3_x64_128(buf[start:end], seed) (as ``mmh3.hash64(...)[0]``)."""
     padded = np.zeros(end - start + 16, dtype=np.uint8)
@@ -120,7 +124,7 @@ def _word_byte_table() -> np.ndarray:
 WORD_BYTES = _word_byte_table()
 
 
-@njit(cache=True)
+@kernel
 def token_hashes_utf8(buf, word, seed):
     """MurmurHash3 (64-bit) of every maximal run of word bytes in ``buf``.
 
@@ -161,7 +165,7 @@ def token_hashes_utf8(buf, word, seed):
     return out
 
 
-@njit(cache=True)
+@kernel
 def ascii_fold(buf, blank):
     """ASCII-lowercased copy of UTF-8 ``buf`` with every character flagged in ``blank`` (a bool
     table over the Basic Multilingual Plane) turned into spaces; ``(False, ...)`` as soon as any
@@ -192,7 +196,7 @@ def ascii_fold(buf, blank):
     return True, out
 
 
-@njit(cache=True, inline="always")
+@inline
 def _minhash_update(x, a_lo, a_hi, b, mins):
     """mins[j] = min(mins[j], (a_j * x + b_j) mod (2^61 - 1)) for every j, exactly (x < 2^32)."""
     p = np.uint64((1 << 61) - 1)
@@ -208,7 +212,7 @@ def _minhash_update(x, a_lo, a_hi, b, mins):
         mins[j] = min(mins[j], v)
 
 
-@njit(cache=True)
+@kernel
 def minhash_signature(xs, a_lo, a_hi, b):
     """MinHash minima (uint64[num_perm]) over 32-bit values ``xs`` (duplicates are harmless)."""
     mins = np.full(a_lo.shape[0], np.uint64((1 << 61) - 1), dtype=np.uint64)
@@ -217,7 +221,7 @@ def minhash_signature(xs, a_lo, a_hi, b):
     return mins
 
 
-@njit(cache=True)
+@kernel
 def simhash64(features):
     """Charikar SimHash of uint64 features, each occurrence weighing 1 (term frequency)."""
     votes = np.zeros(64, dtype=np.int64)
@@ -233,7 +237,7 @@ def simhash64(features):
     return fp
 
 
-@njit(cache=True)
+@kernel
 def permute_blocks(fp, src, mask, dst):
     """``out[t] = OR over i of ((fp >> src[t, i]) & mask[t, i]) << dst[t, i]``: the SimHash ``fp``
     (uint64) rearranged block by block for every permuted table ``t``."""
@@ -246,7 +250,7 @@ def permute_blocks(fp, src, mask, dst):
     return out
 
 
-@njit(cache=True)
+@kernel
 def equal_counts(rows, query):
     """``out[i]`` = how many ``j`` have ``rows[i * n + j] == query[j]`` (``n = len(query)``): the
     agreeing MinHash rows of each stored signature in the flat array ``rows``."""
@@ -260,7 +264,7 @@ def equal_counts(rows, query):
     return out
 
 
-@njit(cache=True)
+@kernel
 def count_distinct(values):
     """Number of distinct uint64 values (open addressing, linear probing; no sort)."""
     m = values.shape[0]
@@ -283,7 +287,7 @@ def count_distinct(values):
     return distinct
 
 
-@njit(cache=True, inline="always")
+@inline
 def shingle_hashes(token_hashes, k):
     """The 64-bit hash of every word k-shingle (k consecutive token hashes; one shingle of all
     tokens when there are fewer than k).  ``token_hashes`` must not be empty."""
@@ -300,7 +304,7 @@ def shingle_hashes(token_hashes, k):
     return sh
 
 
-@njit(cache=True)
+@kernel
 def sketch(token_hashes, k, a_lo, a_hi, b):
     """(distinct shingle count, MinHash minima uint64[num_perm], SimHash) of a token-hash sequence.
 

@@ -44,8 +44,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from .jit import kernel
 from .kernels import shingle_hashes
 
 ANCHOR_BYTES = 6   # anchors are the top 48 bits of a shingle hash (key of a posting list)
@@ -56,7 +56,7 @@ PASSAGES = "passages"   # the column family of the posting lists
 DELETE_PREFIX = b"D"    # points family: D + seq(8) -> the anchors the article added (6 bytes each)
 
 
-@njit(cache=True)
+@kernel
 def winnow(token_hashes, k, w):
     """Distinct anchors (sorted uint64, 48-bit values) of a token-hash sequence: the rightmost
     smallest word k-shingle hash of every window of ``w`` shingles, shifted right by 16 bits.

@@ -1,0 +1,170 @@
+"""How the compiled kernels are loaded: ahead-of-time machine code when it is built, numba's JIT otherwise.
+
+The kernels (:mod:`.kernels`, :mod:`.identity`, :mod:`.passages`) are numba functions. Loaded by
+numba's JIT they cost a process ~1.3 s before its first decision, even from numba's on-disk
+cache: importing numba (~0.2 s), then, at the first call, numba's compiler and typing registries
+(~0.5 s, with scipy's BLAS probe ~0.25 s), whatever the size of the kernels. A short ``dedup`` run
+or a restarted worker pays that every time.
+
+``python -m stream_dedup.aot`` (run by ``make install``) compiles the same functions ahead of time
+with numba's ``pycc`` into one extension module, ``stream_dedup/_aot_kernels*.so``, for the
+signatures the engine calls them with, next to ``_aot_kernels.json`` (which export is which
+kernel and signature, and the *stamp*: a hash of the kernel modules' sources). When that module
+is there and its stamp matches the sources, importing the engine imports no numba at all and
+the first decision comes ~1 s sooner. Otherwise (not built, a kernel source edited since, or
+``STREAM_DEDUP_JIT=1``) every kernel is numba's JIT dispatcher, as before; nothing else changes.
+
+The ahead-of-time entry points do not check their arguments (a wrong dtype would crash the
+process), so each kernel is called through a small wrapper that checks every array argument's
+dtype, dimensions and C order against an exported signature. A call that matches none (a test
+passing other dtypes, a kernel the build did not see called) goes to the JIT version of the
+same source, compiled on first such use: slower to start, never a different result. Both are
+the same numba code, compiled by the same numba; ``tests/engine/test_jit.py`` compares their
+outputs on the shared stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PACKAGE_DIR = Path(__file__).parent
+#: modules that define kernels (their sources make the stamp, with this file's)
+KERNEL_MODULES = ("stream_dedup.kernels", "stream_dedup.identity", "stream_dedup.passages")
+AOT_NAME = "_aot_kernels"
+INDEX_FILE = PACKAGE_DIR / f"{AOT_NAME}.json"
+FORCE_JIT_ENV = "STREAM_DEDUP_JIT"
+
+
+def source_stamp() -> str:
+    """Hash of the kernel modules' sources and this file's: an AOT build is used only for these."""
+    h = hashlib.sha256()
+    for name in (*KERNEL_MODULES, __name__):
+        h.update(name.encode())
+        h.update((PACKAGE_DIR / f"{name.rsplit('.', 1)[1]}.py").read_bytes())
+    return h.hexdigest()[:20]
+
+
+def _load_aot() -> tuple[Any, dict] | None:
+    if os.environ.get(FORCE_JIT_ENV, "") not in ("", "0"):
+        return None
+    try:
+        index = json.loads(INDEX_FILE.read_text())
+    except (OSError, ValueError):
+        return None
+    if index.get("stamp") != source_stamp():
+        return None
+    try:
+        module = importlib.import_module(f"stream_dedup.{AOT_NAME}")
+    except ImportError:
+        return None
+    return module, index["kernels"]
+
+
+_AOT = _load_aot()
+_jit_forced = False   # set while the JIT twins of the kernel modules are imported
+
+
+def using_aot() -> bool:
+    """Whether this process runs the ahead-of-time kernels (no numba imported for them)."""
+    return _AOT is not None
+
+
+def compiling() -> bool:
+    """Whether kernel modules being imported now are compiled by numba (JIT, or for the AOT build)."""
+    return _AOT is None or _jit_forced
+
+
+def inline(func: Callable) -> Callable:
+    """A helper compiled into the kernels that call it (numba ``inline="always"``)."""
+    if not compiling():
+        return func  # only ever called from compiled code
+    from numba import njit
+    return njit(cache=True, inline="always")(func)
+
+
+def kernel(func: Callable) -> Callable:
+    """A compiled kernel: numba's JIT dispatcher, or the checked AOT entry points."""
+    if compiling():
+        from numba import njit
+        return njit(cache=True)(func)
+    name = f"{func.__module__}.{func.__name__}"
+    return _checked(name, [(_arg_checks(e["args"]), getattr(_AOT[0], e["export"]))
+                           for e in _AOT[1].get(name, [])])
+
+
+_DTYPES = {"bool": np.dtype(np.bool_)}
+
+
+def _arg_checks(args: list) -> tuple:
+    """Per argument: None for a scalar, else (dtype, ndim) of a C-ordered array."""
+    return tuple(None if a is None else (_DTYPES.get(a[0]) or np.dtype(a[0]), a[1]) for a in args)
+
+
+def _fits(checks: tuple, args: tuple) -> bool:
+    if len(args) != len(checks):
+        return False
+    for check, a in zip(checks, args, strict=True):
+        if check is None:
+            if isinstance(a, np.ndarray):
+                return False
+        elif not (type(a) is np.ndarray and a.dtype == check[0] and a.ndim == check[1]
+                  and a.flags.c_contiguous):
+            return False
+    return True
+
+
+def _checked(name: str, entries: list[tuple[tuple, Callable]]) -> Callable:
+    if len(entries) == 1:
+        (checks, fn), = entries
+
+        def call(*args):
+            if _fits(checks, args):
+                return fn(*args)
+            return jit_twin(name)(*args)
+    else:
+        def call(*args):
+            for checks, fn in entries:
+                if _fits(checks, args):
+                    return fn(*args)
+            return jit_twin(name)(*args)
+    call.__name__ = call.__qualname__ = name.rsplit(".", 1)[1]
+    call.__doc__ = f"AOT-compiled {name} (numba pycc), argument-checked; other arguments go to its JIT twin."
+    return call
+
+
+_twins: dict[str, Any] = {}
+
+
+def jit_twin(name: str) -> Callable:
+    """The numba JIT dispatcher of kernel ``module.function``, compiled from the same source.
+
+    In an AOT process the kernel modules hold plain functions and AOT wrappers, which numba cannot
+    compile against, so their sources are imported again as fresh modules in JIT mode (the real
+    modules are put back in ``sys.modules`` afterwards).
+    """
+    global _jit_forced
+    if not _twins:
+        package = sys.modules[__package__]
+        saved = {m: sys.modules.pop(m) for m in KERNEL_MODULES if m in sys.modules}
+        attrs = {m: getattr(package, m.rsplit(".", 1)[1], None) for m in KERNEL_MODULES}
+        _jit_forced = True
+        try:
+            _twins.update({m: importlib.import_module(m) for m in KERNEL_MODULES})
+        finally:
+            _jit_forced = False
+            for m in KERNEL_MODULES:
+                sys.modules.pop(m, None)
+                if attrs[m] is not None:
+                    setattr(package, m.rsplit(".", 1)[1], attrs[m])
+            sys.modules.update(saved)
+    module, func = name.rsplit(".", 1)
+    return getattr(_twins[module], func)

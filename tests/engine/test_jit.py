@@ -1,0 +1,99 @@
+"""The ahead-of-time kernels (stream_dedup.jit / stream_dedup.aot): built by `make install`,
+loaded without numba, checked arguments, and the same results as numba's JIT."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stream_dedup import jit, kernels
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_FINGERPRINTS = r"""
+import hashlib, itertools, sys
+from stream_dedup.config import EngineConfig
+from stream_dedup.engine import Deduplicator
+from stream_dedup.record import parse_record
+from stream_dedup import jit
+cfg = EngineConfig()
+d = Deduplicator(cfg, sys.argv[2])
+h = hashlib.sha256()
+with open(sys.argv[1], "rb") as f:
+    for line in itertools.islice(f, 400):
+        a = parse_record(line, cfg)
+        fp = d.fingerprint(a)
+        for part in (fp.minhash, fp.anchors, fp.identity):
+            h.update(part.tobytes())
+        h.update(f"{fp.simhash} {fp.n_shingles} {fp.exact.hex()}".encode())
+        h.update(repr(d.process(a).to_event()).encode())
+d.close()
+print(jit.using_aot(), "numba" in sys.modules, h.hexdigest())
+"""
+
+
+def _run(code: str, *args: str, force_jit: bool = False) -> str:
+    env = dict(os.environ)
+    env.pop(jit.FORCE_JIT_ENV, None)
+    if force_jit:
+        env[jit.FORCE_JIT_ENV] = "1"
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_make_install_built_current_aot_kernels() -> None:
+    assert jit.INDEX_FILE.exists(), "run `make install` (or python -m stream_dedup.aot) to build the AOT kernels"
+    assert json.loads(jit.INDEX_FILE.read_text())["stamp"] == jit.source_stamp(), \
+        "kernel sources changed since the AOT build: run `make install`"
+
+
+def test_aot_and_jit_give_the_same_fingerprints_and_decisions(shared_stream, tmp_path: Path) -> None:
+    records, _ = shared_stream(400)
+    stream_path = tmp_path / "stream.jsonl"
+    stream_path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    aot_used, aot_numba, aot_digest = _run(_FINGERPRINTS, str(stream_path), str(tmp_path / "a"))
+    jit_used, jit_numba, jit_digest = _run(_FINGERPRINTS, str(stream_path), str(tmp_path / "b"), force_jit=True)
+    assert (aot_used, aot_numba) == ("True", "False")   # the AOT process never imported numba
+    assert (jit_used, jit_numba) == ("False", "True")
+    assert aot_digest == jit_digest
+
+
+def test_a_stale_index_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = tmp_path / "_aot_kernels.json"
+    index.write_text(json.dumps({"stamp": "0" * 20, "kernels": {}}))
+    monkeypatch.setattr(jit, "INDEX_FILE", index)
+    assert jit._load_aot() is None
+    index.write_text(json.dumps({"stamp": jit.source_stamp(), "kernels": {}}))
+    monkeypatch.setenv(jit.FORCE_JIT_ENV, "1")
+    assert jit._load_aot() is None
+
+
+def test_arguments_outside_the_built_signatures_go_to_the_jit_twin() -> None:
+    """The AOT entry points do not check types (a wrong dtype would crash): the wrapper does."""
+    if not jit.using_aot():
+        pytest.fail("AOT kernels not in use in this process: run `make install`")
+    rng = np.random.default_rng(3)
+    rows = rng.integers(0, 4, 40, dtype=np.uint16)
+    query = rows[:8].copy()
+    expected = kernels.equal_counts(rows, query)          # the built signature (uint16)
+    wide = kernels.equal_counts(rows.astype(np.uint64), query.astype(np.uint64))   # not built: JIT twin
+    strided = kernels.equal_counts(np.repeat(rows, 2)[::2], query)                  # not C-ordered: twin
+    assert np.array_equal(expected, wide) and np.array_equal(expected, strided)
+    assert np.array_equal(expected, [int((rows[i * 8:(i + 1) * 8] == query).sum()) for i in range(5)])
+    assert kernels.equal_counts.__module__ == "stream_dedup.jit"  # the wrapper, not a numba dispatcher
+
+
+def test_the_dedup_command_starts_without_numba(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a", "text": "One small article about the harbour."}\n')
+    code = ("import sys; from stream_dedup.cli import main; rc = main(['dedup', sys.argv[1], '--state', sys.argv[2],"
+            " '--out', sys.argv[3], '-q']); print(rc, 'numba' in sys.modules)")
+    assert _run(code, str(src), str(tmp_path / "s"), str(tmp_path / "out.jsonl")) == ["0", "False"]
