@@ -1,0 +1,138 @@
+"""The index as one batch of decisions sees it: RocksDB as it was when the batch began, overlaid by
+what the batch has written so far, and the batch's writes applied in one ``WriteBatch`` at the end.
+
+:class:`BatchView` has the read methods the engine's decision needs (:meth:`seq_of`,
+:meth:`exact_match`, :meth:`article`, :meth:`lookup`, :meth:`compare`, the passage lists) and
+answers each from the batch's own writes first, then from the values it has read (it reads each
+key of the index at most once: :meth:`prefetch` reads the ids, exact hashes and LSH buckets of
+the whole batch in one multi-get), then from RocksDB. The index is not written while a batch runs
+(a single writer), so what was read stays true until the batch's own writes replace it. The
+SimHash tables are probed in RocksDB and in an in-memory table of the batch's entries, keyed like
+the RocksDB one by table and key bits.
+
+:meth:`commit` writes everything, the index state and the last checkpoint included, in one atomic
+write: a crash leaves the whole batch applied or none of it. A batch that raises before
+:meth:`commit` leaves the index as it was.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .index import _POINTS, BUCKET, Entry, Index, Lookup, _id_key, _u64
+from .index_record import StoredArticle, _unpack_record
+from .passages import PASSAGES
+
+__all__ = ["BUCKET", "BatchView"]
+
+
+class BatchView:
+    """Reads through the batch's writes; writes kept until :meth:`commit` (see the module doc)."""
+
+    def __init__(self, index: Index, table_masks: list[int]) -> None:
+        self.index = index
+        self.next_seq = index.next_seq
+        self.count = index.count
+        self.num_perm = index.num_perm
+        self.known: dict[str, dict[bytes, bytes | None]] = {_POINTS: {}, PASSAGES: {}}  # read or written
+        self.writes: dict[bytes, Entry] = {}  # key (family-tagged) -> the batch's last write of it
+        self.masks = table_masks
+        self.tables: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (table, key bits) -> [(permuted, seq)]
+        self.id_keys: dict[str, bytes] = {}
+
+    # -- reads ------------------------------------------------------------------------------
+    def get(self, keys: list[bytes], family: str = _POINTS) -> list[bytes | None]:
+        """Values of ``keys``: the batch's, else read (once) from the index."""
+        known = self.known[family]
+        missing = [k for k in keys if k not in known]
+        if missing:
+            known.update(zip(missing, self.index.get(missing, family), strict=True))
+        return [known[k] for k in keys]
+
+    prefetch = get  # read many keys in one multi-get ahead of the decisions that need them
+
+    def id_key(self, article_id: str) -> bytes:
+        key = self.id_keys.get(article_id)
+        if key is None:
+            key = self.id_keys[article_id] = _id_key(article_id)
+        return key
+
+    def seq_of(self, article_id: str) -> int | None:
+        v = self.get([self.id_key(article_id)])[0]
+        return None if v is None else int.from_bytes(v, "big")
+
+    def exact_match(self, exact: bytes) -> int | None:
+        v = self.get([b"X" + exact])[0]
+        return None if v is None else int.from_bytes(v, "big")
+
+    def article(self, seq: int) -> StoredArticle | None:
+        v = self.get([b"A" + _u64(seq)])[0]
+        return None if v is None else _unpack_record(seq, v, self.num_perm)
+
+    def compare(self, seqs: list[int], minhash: np.ndarray) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
+        """:meth:`Index.compare` on the records as the batch sees them."""
+        return self.index.compare(seqs, minhash, self.get([b"A" + _u64(s) for s in seqs]))
+
+    def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
+               max_distance: int) -> Lookup:
+        """:meth:`Index.lookup` with the batch's bucket values and SimHash table entries."""
+        buckets = self.get(bucket_keys)
+        members = b"".join([v for v in buckets if v])
+        lsh = set(np.frombuffer(members, dtype=">u4").tolist()) if members else set()
+        sim = self.index.probe(table_probes, max_distance)
+        if self.tables:
+            for table, query, mask in table_probes:
+                for permuted, seq in self.tables.get((table, query & mask), ()):
+                    if (permuted ^ query).bit_count() <= max_distance:
+                        sim.add(seq)
+        return Lookup(lsh, sim, buckets)
+
+    @property
+    def passages(self) -> BatchView:
+        """The passage lists (``get(keys)``, as :func:`stream_dedup.passages.lookup` reads a family)."""
+        return _Family(self, PASSAGES)  # type: ignore[return-value]
+
+    # -- writes -----------------------------------------------------------------------------
+    def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
+        """:meth:`Index.insert` into the batch: the article gets the next seq, its writes wait for :meth:`commit`."""
+        seq = self.index.check_seq(self.next_seq)
+        self.next_seq, self.count = seq + 1, self.count + 1
+        self.id_key(article["article_id"])
+        self._put(self.index.article_entries(seq, **article))
+        for table, p in enumerate(article["permuted"] if article["index_sketches"] else ()):
+            self.tables.setdefault((table, p & self.masks[table]), []).append((p, seq))
+        self.mark(checkpoint, receipt, False)
+        return seq
+
+    def mark(self, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, replayed: bool = False) -> None:
+        self._put(self.index.mark_entries(checkpoint, receipt, replayed))
+
+    def _put(self, entries: list[Entry]) -> None:
+        writes, known = self.writes, self.known
+        for entry in entries:
+            family, key, value = entry
+            writes[family.encode() + b"\0" + key] = entry
+            if family in known:
+                known[family][key] = value
+
+    def commit(self) -> None:
+        """Write the batch (and the index state) in one atomic write; the index then counts its articles."""
+        if not self.writes:
+            return
+        index = self.index
+        index.next_seq, index.count = self.next_seq, self.count
+        index.write([*self.writes.values(), index.state_entry()])
+        self.writes = {}
+
+
+class _Family:
+    """One family of a :class:`BatchView`, read like a rocksdict column family (``get(keys)``)."""
+
+    __slots__ = ("family", "view")
+
+    def __init__(self, view: BatchView, family: str) -> None:
+        self.view, self.family = view, family
+
+    def get(self, keys: list[bytes]) -> list[bytes | None]:
+        return self.view.get(keys, self.family)
+
