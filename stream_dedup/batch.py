@@ -17,13 +17,73 @@ write: a crash leaves the whole batch applied or none of it. A batch that raises
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from .fingerprint import Fingerprint
 from .index import _POINTS, BUCKET, Entry, Index, Lookup, _id_key, _u64
-from .index_record import StoredArticle, _unpack_record
+from .index_record import StoredArticle, _unpack_record, stored_signature
 from .passages import PASSAGES
 
-__all__ = ["BUCKET", "BatchView"]
+if TYPE_CHECKING:
+    from .decision import Decision
+    from .engine import Deduplicator
+    from .lsh import Banding
+    from .simhash import PermutedTables
+
+__all__ = ["BatchView", "Prepared", "run_batch"]
+
+
+def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int], Fingerprint], now: float,
+              checkpoints: Sequence[tuple[str, int] | None] | None,
+              receipts: Sequence[bytes | None] | None) -> list[Decision]:
+    """The decisions of ``engine`` on ``ids`` in order (:meth:`Deduplicator.decide_batch`): read
+    the batch's ids, fingerprint the unknown ones (``fingerprint(i)``), read their exact hashes,
+    then the LSH buckets of those without an exact match in the index (one multi-get each),
+    decide one by one in a :class:`BatchView`, write once."""
+    view = BatchView(engine.index, engine.tables.key_masks)
+    view.prefetch([view.id_key(i) for i in ids])
+    prepared: list[Prepared | None] = [None] * len(ids)
+    fresh: set[str] = set()
+    for i, article_id in enumerate(ids):
+        if article_id not in fresh and view.seq_of(article_id) is None:  # else a replay
+            fresh.add(article_id)
+            prepared[i] = Prepared.of(fingerprint(i), engine.config.num_perm)
+    todo = [p for p in prepared if p is not None]
+    view.prefetch([b"X" + p.fp.exact for p in todo])
+    view.prefetch([k for p in todo if view.exact_match(p.fp.exact) is None
+                   for k in p.keys(engine.banding, engine.tables)[0]])
+    decisions = [engine._decide(view, article_id, prepared[i], now, checkpoints[i] if checkpoints else None,
+                                receipts[i] if receipts else None) for i, article_id in enumerate(ids)]
+    view.commit()
+    return decisions
+
+
+@dataclass(slots=True)
+class Prepared:
+    """An article to decide on: its fingerprint, its stored signature (converted once for keys,
+    verification and record), and, once asked for, its bucket keys and permuted SimHashes."""
+    fp: Fingerprint
+    sig: np.ndarray
+    buckets: list[bytes] | None = None
+    permuted: list[int] | None = None
+
+    @classmethod
+    def of(cls, fp: Fingerprint, num_perm: int) -> Prepared:
+        if fp.minhash.shape[0] != num_perm:
+            raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {num_perm}")
+        return cls(fp, stored_signature(fp.minhash))
+
+    def keys(self, banding: Banding, tables: PermutedTables) -> tuple[list[bytes], list[int]]:
+        """(LSH bucket keys, SimHash permuted for each table); none for an empty text."""
+        if self.buckets is None:
+            has_shingles = self.fp.n_shingles > 0
+            self.buckets = banding.keys(self.sig, BUCKET) if has_shingles else []
+            self.permuted = tables.permute_all(self.fp.simhash) if has_shingles else []
+        return self.buckets, self.permuted
 
 
 class BatchView:
@@ -76,16 +136,13 @@ class BatchView:
     def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
                max_distance: int) -> Lookup:
         """:meth:`Index.lookup` with the batch's bucket values and SimHash table entries."""
-        buckets = self.get(bucket_keys)
-        members = b"".join([v for v in buckets if v])
-        lsh = set(np.frombuffer(members, dtype=">u4").tolist()) if members else set()
-        sim = self.index.probe(table_probes, max_distance)
+        found = self.index.lookup(bucket_keys, table_probes, max_distance, self.get(bucket_keys))
         if self.tables:
             for table, query, mask in table_probes:
                 for permuted, seq in self.tables.get((table, query & mask), ()):
                     if (permuted ^ query).bit_count() <= max_distance:
-                        sim.add(seq)
-        return Lookup(lsh, sim, buckets)
+                        found.simhash.add(seq)
+        return found
 
     @property
     def passages(self) -> BatchView:

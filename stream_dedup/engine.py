@@ -37,19 +37,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from . import passages
-from .batch import BatchView
+from .batch import BatchView, Prepared, run_batch
 from .config import EngineConfig
 from .decision import METHODS, Decision  # noqa: F401  (METHODS: re-exported)
 from .fingerprint import Fingerprint, Fingerprinter
 from .folding import FOLDING_VERSION
 from .identity import agreement
-from .index import BUCKET, SIGNATURE_BITS, Index, StoredArticle, stored_signature
+from .index import BUCKET, SIGNATURE_BITS, Index, StoredArticle
 from .index_record import _record_anchors
 from .lsh import Banding, LSHParams, explicit_params, optimal_params
 from .minhash import bbit_jaccard, containment
@@ -60,16 +59,6 @@ from .text import TOKENIZER_VERSION
 MAX_PER_BUCKET = 256          # members kept per LSH bucket (the newest)
 MAX_VERIFY = 1024             # candidates verified per article (SimHash hits first, then LSH; oldest first)
 EVICT_EVERY_SECONDS = 60.0    # how often decide() runs the retention sweep
-
-
-@dataclass(slots=True)
-class _Prepared:
-    """An article to decide on: its fingerprint, stored signature, and (once needed) bucket keys
-    and permuted SimHashes."""
-    fp: Fingerprint
-    sig: np.ndarray
-    buckets: list[bytes] | None = None
-    permuted: list[int] | None = None
 
 
 def lsh_params(config: EngineConfig) -> LSHParams:
@@ -164,41 +153,11 @@ class Deduplicator:
     def _batch(self, ids: list[str], fingerprint: Callable[[int], Fingerprint], now: float | None,
                checkpoints: Sequence[tuple[str, int] | None] | None,
                receipts: Sequence[bytes | None] | None = None) -> list[Decision]:
-        """Evict (if due), read the batch's ids, fingerprint the unknown ones, read their exact
-        hashes and then their LSH buckets (one multi-get each), decide in order, write once."""
         now = time.time() if now is None else now
-        self._maybe_evict(now)
-        view = BatchView(self.index, self.tables.key_masks)
-        view.prefetch([view.id_key(i) for i in ids])
-        prepared: list[_Prepared | None] = [None] * len(ids)
-        fresh: set[str] = set()
-        for i, article_id in enumerate(ids):
-            if article_id not in fresh and view.seq_of(article_id) is None:  # else a replay
-                fresh.add(article_id)
-                prepared[i] = self._prepare(fingerprint(i))
-        todo = [p for p in prepared if p is not None]
-        view.prefetch([b"X" + p.fp.exact for p in todo])
-        view.prefetch([k for p in todo if view.exact_match(p.fp.exact) is None for k in self._keys(p).buckets])
-        decisions = [self._decide(view, article_id, prepared[i], now, checkpoints[i] if checkpoints else None,
-                                  receipts[i] if receipts else None) for i, article_id in enumerate(ids)]
-        view.commit()
-        return decisions
+        self._maybe_evict(now)  # once per batch, before it (see decide_batch)
+        return run_batch(self, ids, fingerprint, now, checkpoints, receipts)
 
-    def _prepare(self, fp: Fingerprint) -> _Prepared:
-        if fp.minhash.shape[0] != self.config.num_perm:
-            raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {self.config.num_perm}")
-        # the stored rows, converted once for keys, verification, record
-        return _Prepared(fp, stored_signature(fp.minhash))
-
-    def _keys(self, p: _Prepared) -> _Prepared:
-        """``p`` with its LSH bucket keys and permuted SimHashes (none for an empty text)."""
-        if p.buckets is None:
-            has_shingles = p.fp.n_shingles > 0
-            p.buckets = self.banding.keys(p.sig, BUCKET) if has_shingles else []
-            p.permuted = self.tables.permute_all(p.fp.simhash) if has_shingles else []
-        return p
-
-    def _decide(self, view: BatchView, article_id: str, prep: _Prepared | None, now: float,
+    def _decide(self, view: BatchView, article_id: str, prep: Prepared | None, now: float,
                 checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> Decision:
         """Replay a known id, else decide on the prepared fingerprint and index it (in ``view``)."""
         if prep is None:
@@ -221,8 +180,7 @@ class Deduplicator:
             root_id = exact_hit.root_id
         else:
             if has_shingles:
-                self._keys(prep)
-                bucket_keys, permuted = prep.buckets, prep.permuted
+                bucket_keys, permuted = prep.keys(self.banding, self.tables)
                 probes = list(zip(range(len(permuted)), permuted, self.tables.key_masks, strict=True))
                 lookup = view.lookup(bucket_keys, probes, c.simhash_k)
                 buckets = lookup.buckets

@@ -255,7 +255,7 @@ class Index:
         return _record_identity(value, self.num_perm)
 
     def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
-               max_distance: int = 64) -> Lookup:
+               max_distance: int = 64, buckets: list[bytes | None] | None = None) -> Lookup:
         """Members of the signature's LSH buckets, and every SimHash within ``max_distance`` bits.
 
         ``table_probes`` holds per table ``(table number, permuted query, key mask)``; masks are
@@ -263,8 +263,10 @@ class Index:
         scans the whole key range (entries agreeing with the query on the masked key bits), with
         no cap, so no fingerprint within ``max_distance`` of the query is ever missed; entries
         farther away are dropped during the scan (Hamming distance is the same on permuted values).
+        ``buckets``: the values of ``bucket_keys`` if the caller has read them.
         """
-        buckets = self._points.get(bucket_keys) if bucket_keys else []
+        if buckets is None:
+            buckets = self._points.get(bucket_keys) if bucket_keys else []
         members = b"".join([v for v in buckets if v])
         lsh = set(np.frombuffer(members, dtype=">u4").tolist()) if members else set()
         return Lookup(lsh, self.probe(table_probes, max_distance), buckets)
