@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from rocksdict import WriteBatch
 
 from .fingerprint import Fingerprint
-from .index import _POINTS, BUCKET, Entry, Index, Lookup, _id_key, _u64
+from .index import _POINTS, BUCKET, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import StoredArticle, _unpack_record, stored_signature
 from .passages import PASSAGES
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from .simhash import PermutedTables
 
 __all__ = ["BatchView", "Prepared", "run_batch"]
+_UNKNOWN = object()  # a key not read yet
 
 
 def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int], Fingerprint], now: float,
@@ -45,7 +47,8 @@ def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int],
     then the LSH buckets of those without an exact match in the index (one multi-get each),
     decide one by one in a :class:`BatchView`, write once."""
     view = BatchView(engine.index, engine.tables.key_masks)
-    view.prefetch([view.id_key(i) for i in ids])
+    if len(ids) > 1:  # (a batch of one reads its keys one at a time: a multi-get of one key costs more)
+        view.prefetch([view.id_key(i) for i in ids])
     prepared: list[Prepared | None] = [None] * len(ids)
     fresh: set[str] = set()
     for i, article_id in enumerate(ids):
@@ -53,7 +56,8 @@ def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int],
             fresh.add(article_id)
             prepared[i] = Prepared.of(fingerprint(i), engine.config.num_perm)
     todo = [p for p in prepared if p is not None]
-    view.prefetch([b"X" + p.fp.exact for p in todo])
+    if len(todo) > 1:
+        view.prefetch([b"X" + p.fp.exact for p in todo])
     view.prefetch([k for p in todo if view.exact_match(p.fp.exact) is None
                    for k in p.keys(engine.banding, engine.tables)[0]])
     decisions = [engine._decide(view, article_id, prepared[i], now, checkpoints[i] if checkpoints else None,
@@ -95,7 +99,9 @@ class BatchView:
         self.count = index.count
         self.num_perm = index.num_perm
         self.known: dict[str, dict[bytes, bytes | None]] = {_POINTS: {}, PASSAGES: {}}  # read or written
-        self.writes: dict[bytes, Entry] = {}  # key (family-tagged) -> the batch's last write of it
+        self.batch = WriteBatch(raw_mode=True)  # the batch's writes (a later put of a key wins)
+        self.families = index._cf  # the handles of the families but the default one
+        self.writes = 0
         self.masks = table_masks
         self.tables: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (table, key bits) -> [(permuted, seq)]
         self.id_keys: dict[str, bytes] = {}
@@ -111,6 +117,14 @@ class BatchView:
 
     prefetch = get  # read many keys in one multi-get ahead of the decisions that need them
 
+    def get_one(self, key: bytes, family: str = _POINTS) -> bytes | None:
+        """The value of ``key``, as :meth:`get` (a single read on a miss)."""
+        known = self.known[family]
+        v = known.get(key, _UNKNOWN)
+        if v is _UNKNOWN:
+            v = known[key] = self.index.get(key, family)
+        return v
+
     def id_key(self, article_id: str) -> bytes:
         key = self.id_keys.get(article_id)
         if key is None:
@@ -118,15 +132,15 @@ class BatchView:
         return key
 
     def seq_of(self, article_id: str) -> int | None:
-        v = self.get([self.id_key(article_id)])[0]
+        v = self.get_one(self.id_key(article_id))
         return None if v is None else int.from_bytes(v, "big")
 
     def exact_match(self, exact: bytes) -> int | None:
-        v = self.get([b"X" + exact])[0]
+        v = self.get_one(b"X" + exact)
         return None if v is None else int.from_bytes(v, "big")
 
     def article(self, seq: int) -> StoredArticle | None:
-        v = self.get([b"A" + _u64(seq)])[0]
+        v = self.get_one(b"A" + _u64(seq))
         return None if v is None else _unpack_record(seq, v, self.num_perm)
 
     def compare(self, seqs: list[int], minhash: np.ndarray) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
@@ -165,12 +179,15 @@ class BatchView:
         self._put(self.index.mark_entries(checkpoint, receipt, replayed))
 
     def _put(self, entries: list[Entry]) -> None:
-        writes, known = self.writes, self.known
-        for entry in entries:
-            family, key, value = entry
-            writes[family.encode() + b"\0" + key] = entry
-            if family in known:
-                known[family][key] = value
+        put, families, known = self.batch.put, self.families, self.known
+        for family, key, value in entries:
+            if family == DEFAULT:
+                put(key, value)
+            else:
+                put(key, value, families[family])
+                if family in known:
+                    known[family][key] = value
+        self.writes += len(entries)
 
     def commit(self) -> None:
         """Write the batch (and the index state) in one atomic write; the index then counts its articles."""
@@ -178,8 +195,10 @@ class BatchView:
             return
         index = self.index
         index.next_seq, index.count = self.next_seq, self.count
-        index.write([*self.writes.values(), index.state_entry()])
-        self.writes = {}
+        _, key, value = index.state_entry()
+        self.batch.put(key, value)
+        index.db.write(self.batch)
+        self.batch, self.writes = WriteBatch(raw_mode=True), 0
 
 
 class _Family:

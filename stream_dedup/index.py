@@ -38,8 +38,8 @@ as JSON (the engine stores a compact list, replayed when the id comes again).
 The ``passages`` family holds the posting lists of :mod:`stream_dedup.passages` (hash-indexed
 memtable keyed by the whole 6-byte anchor).
 
-All writes for one article go in one ``WriteBatch`` across families: a crash leaves an article
-either fully indexed or absent.
+All writes of one batch of articles (:mod:`stream_dedup.batch`; one article for ``process``) go
+in one ``WriteBatch`` across families: a crash leaves a batch either fully indexed or absent.
 """
 
 from __future__ import annotations
@@ -213,8 +213,8 @@ class Index:
         v = self._points.get(b"A" + _u64(seq))
         return None if v is None else _unpack_record(seq, v, self.num_perm)
 
-    def get(self, keys: list[bytes], family: str = _POINTS) -> list[bytes | None]:
-        """The values of ``keys`` in ``family`` (one multi-get; None: absent)."""
+    def get(self, keys, family: str = _POINTS):
+        """The values of the list ``keys`` in ``family`` (one multi-get; None: absent), or of one key."""
         return (self.passages if family == PASSAGES else self._points).get(keys) if keys else []
 
     def articles(self, seqs: list[int]) -> list[StoredArticle]:
