@@ -28,7 +28,8 @@ bench/quality.py). Then the targets: >= 10x datasketch on each stream, >= 1x ren
 
 A peer that is not installed, or fails, keeps its rows, saying so.
 
-**--in-process**: the older table: ``Deduplicator.process`` in a loop vs datasketch in a loop,
+**--in-process**: the older table: ``Deduplicator.process_batch`` on --batch records at a time
+(256; 1: ``Deduplicator.process`` one at a time) in a loop vs datasketch in a loop,
 each in its own process pinned to one CPU, timed inside the process after imports and the numba
 warm-up; peak RSS, and the index bytes on disk per article.
 """
@@ -289,7 +290,7 @@ def print_peer_table(result: dict) -> None:
 
 
 
-def run_engine(lines: list[bytes]) -> dict:
+def run_engine(lines: list[bytes], batch: int = 1) -> dict:
     from stream_dedup.config import EngineConfig
     from stream_dedup.engine import Deduplicator
     from stream_dedup.record import parse_record
@@ -302,14 +303,20 @@ def run_engine(lines: list[bytes]) -> dict:
         with Deduplicator(config, Path(tmp) / "index") as dedup:
             t0 = time.perf_counter()
             dups = 0
-            for line in lines:
-                dups += dedup.process(parse_record(line, config)).is_duplicate
+            if batch <= 1:
+                for line in lines:
+                    dups += dedup.process(parse_record(line, config)).is_duplicate
+            else:
+                for i in range(0, len(lines), batch):
+                    decisions = dedup.process_batch([parse_record(line, config) for line in lines[i:i + batch]])
+                    dups += sum(d.is_duplicate for d in decisions)
             elapsed = time.perf_counter() - t0
             dedup.index.flush()
             disk = dedup.disk_bytes()
             count = len(dedup)
     return {"seconds": elapsed, "duplicates": dups, "disk_bytes": disk, "indexed": count,
-            "config": f"num_perm={config.num_perm} k={config.shingle_size} lsh_threshold={config.lsh_threshold}"}
+            "config": f"num_perm={config.num_perm} k={config.shingle_size} lsh_threshold={config.lsh_threshold} "
+                      f"batch={batch}"}
 
 
 def run_datasketch(lines: list[bytes]) -> dict:
@@ -336,29 +343,29 @@ def run_datasketch(lines: list[bytes]) -> dict:
 
 
 
-def child(which: str, data: Path, limit: int) -> None:
+def child(which: str, data: Path, limit: int, batch: int = 1) -> None:
     cpu = _cpu()
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     lines = _lines(data, limit)
-    result = run_engine(lines) if which == "engine" else run_datasketch(lines)
+    result = run_engine(lines, batch) if which == "engine" else run_datasketch(lines)
     result["records"] = len(lines)
     result["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps(result))
 
 
-def measure(which: str, data: Path, limit: int) -> dict:
+def measure(which: str, data: Path, limit: int, batch: int = 1) -> dict:
     env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, __file__, "--child", which, "--data", str(data), "--limit", str(limit)],
-                         check=True, capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, __file__, "--child", which, "--data", str(data), "--limit", str(limit),
+                          "--batch", str(batch)], check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def in_process_table(data: Path, limit: int, repeat: int) -> None:
+def in_process_table(data: Path, limit: int, repeat: int, batch: int = 1) -> None:
     best: dict[str, dict] = {}
     for _ in range(repeat):
         for which in ("engine", "datasketch"):
-            r = measure(which, data, limit)
+            r = measure(which, data, limit, batch)
             if which not in best or r["seconds"] < best[which]["seconds"]:
                 best[which] = r
     e, d = best["engine"], best["datasketch"]
@@ -386,16 +393,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--short-words", type=int, default=40, help="words of the first paragraph in a short item")
     ap.add_argument("--json", type=Path, help="also write the peer table's figures to this file")
     ap.add_argument("--in-process", action="store_true", help="the in-process engine vs datasketch table instead")
+    ap.add_argument("--batch", type=int, default=256,
+                    help="--in-process: records per Deduplicator.process_batch call (1: process one at a time)")
     ap.add_argument("--child", choices=["engine", "datasketch"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child(args.child, args.data, args.limit)
+        child(args.child, args.data, args.limit, args.batch)
         return 0
     if not (args.data / "news_stream.jsonl").exists():
         print(f"no shared data at {args.data}", file=sys.stderr)
         return 2
     if args.in_process:
-        in_process_table(args.data, args.limit, args.repeat)
+        in_process_table(args.data, args.limit, args.repeat, args.batch)
         return 0
     streams = [s for s in args.streams.split(",") if s]
     tools = [t for t in args.tools.split(",") if t]

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -123,6 +124,7 @@ MAX_TITLES = 200_000
 MAX_SIMILARITIES = 1_000_000
 #: bytes of a rejected line copied into its reject record (all of it with --rejects-full-record)
 REJECT_SAMPLE_BYTES = 512
+BATCH_RECORDS = 256  # records decided at once by `dedup` (Deduplicator.process_batch), input from a file
 
 
 class Progress:
@@ -351,6 +353,54 @@ def run_dedup(args: argparse.Namespace) -> int:
         lineno = 0
         out_name = "stdout" if args.out == "-" else args.out
         target = out_name  # the file written last, named if writing fails
+        # a batch of records is decided at once (one index write); a pipe or terminal is read one record
+        # at a time, so that each event is written as soon as its record arrives
+        batch_size = BATCH_RECORDS if _is_file(source) else 1
+        pending: list[tuple[int, int, bytes, Article | None, Exception | None]] = []  # lines read, not yet handled
+
+        def handle_pending() -> None:
+            """Decide the pending records in one batch, then write their events and rejects and
+            count their lines in input order, as if one at a time."""
+            nonlocal rejects, target, lineno
+            articles = [art for _, _, _, art, _ in pending if art is not None]
+            results = iter(_decide_batch(dedup, articles, [(ckpt, n) for n, _, _, art, _ in pending if art is not None]))
+            for lineno, nbytes, raw, article, error in pending:  # noqa: B007 - lineno: the line written last
+                summary.lines += 1
+                if not raw.strip():
+                    summary.blank += 1
+                else:
+                    try:
+                        if error is not None:
+                            raise error
+                        decision = next(results)
+                        if isinstance(decision, Exception):  # one record must never end the run
+                            # one line (the reject record has the details); the traceback with STREAM_DEDUP_LOG_LEVEL=DEBUG
+                            exc = decision
+                            log.warning("line %d: processing failed: %s: %s", lineno, type(exc).__name__, exc)
+                            log.debug("line %d: processing failed", lineno, exc_info=exc)
+                            raise RecordError(PROCESSING_ERROR, f"{type(exc).__name__}: {exc}") from exc
+                        event = json.dumps(decision.to_event(), ensure_ascii=False)
+                    except (RecordError, UnicodeEncodeError) as err:
+                        reason = err.reason if isinstance(err, RecordError) else PROCESSING_ERROR
+                        summary.rejects[reason] += 1
+                        target = rejects_path
+                        if rejects is None:
+                            rejects = _quietly_closed(stack, open(rejects_path, mode, encoding="utf-8"))  # noqa: SIM115
+                        keep = len(raw) if args.rejects_full_record else REJECT_SAMPLE_BYTES
+                        sample = raw[:keep].decode("utf-8", "backslashreplace")
+                        rejects.write(json.dumps({"line": lineno, "reason": reason, "error": str(err)[:500],
+                                                  "record": sample, "truncated": len(raw) > keep},
+                                                 ensure_ascii=True) + "\n")
+                    else:
+                        _count(summary, article, decision)
+                        target = out_name
+                        out.write(event + "\n")
+                summary.last_line = lineno
+                progress.update(summary, nbytes)
+                if stats is not None and summary.lines % args.stats_every == 0:
+                    stats.emit(summary)
+            pending.clear()
+
         try:
             try:
                 for lineno, raw in enumerate(source, 1):  # noqa: B007 - lineno is the resume point after the loop
@@ -358,45 +408,24 @@ def run_dedup(args: argparse.Namespace) -> int:
                         summary.skipped += 1
                         progress.update(summary, len(raw))
                         continue
-                    signals.busy = True
+                    signals.busy = True  # until the batch is handled: a signal stops the run after it
                     nbytes = len(raw)
                     raw = raw.rstrip(b"\r\n")
-                    summary.lines += 1
-                    if not raw.strip():
-                        summary.blank += 1
-                    else:
+                    article, error = None, None
+                    if raw.strip():
                         try:
                             article = parse_record(raw, config)
-                            try:
-                                decision = dedup.process(article, checkpoint=(ckpt, lineno))
-                            except Exception as exc:  # one record must never end the run
-                                # one line (the reject record has the details); the traceback with STREAM_DEDUP_LOG_LEVEL=DEBUG
-                                log.warning("line %d: processing failed: %s: %s", lineno, type(exc).__name__, exc)
-                                log.debug("line %d: processing failed", lineno, exc_info=True)
-                                raise RecordError(PROCESSING_ERROR, f"{type(exc).__name__}: {exc}") from exc
-                            event = json.dumps(decision.to_event(), ensure_ascii=False)
                         except (RecordError, UnicodeEncodeError) as err:
-                            reason = err.reason if isinstance(err, RecordError) else PROCESSING_ERROR
-                            summary.rejects[reason] += 1
-                            target = rejects_path
-                            if rejects is None:
-                                rejects = _quietly_closed(stack, open(rejects_path, mode, encoding="utf-8"))  # noqa: SIM115
-                            keep = len(raw) if args.rejects_full_record else REJECT_SAMPLE_BYTES
-                            sample = raw[:keep].decode("utf-8", "backslashreplace")
-                            rejects.write(json.dumps({"line": lineno, "reason": reason, "error": str(err)[:500],
-                                                      "record": sample, "truncated": len(raw) > keep},
-                                                     ensure_ascii=True) + "\n")
-                        else:
-                            _count(summary, article, decision)
-                            target = out_name
-                            out.write(event + "\n")
-                    summary.last_line = lineno
-                    progress.update(summary, nbytes)
-                    if stats is not None and summary.lines % args.stats_every == 0:
-                        stats.emit(summary)
+                            error = err
+                    pending.append((lineno, nbytes, raw, article, error))
+                    read = summary.lines + len(pending)
+                    if len(pending) < batch_size and not (args.stats_every and read % args.stats_every == 0):
+                        continue
+                    handle_pending()
                     signals.busy = False
                     if signals.received is not None:
                         raise Interrupted()
+                handle_pending()  # the last, partial batch
             except Interrupted:
                 summary.interrupted = signal.Signals(signals.received or signal.SIGINT).name
             signals.busy = True  # from here on a signal only takes note: the outputs and state must be flushed
@@ -451,6 +480,34 @@ def run_dedup(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"  report written to {args.report}", file=sys.stderr)
     return code
+
+
+def _is_file(source: IO[bytes]) -> bool:
+    """Whether ``source`` reads a regular file (a redirected stdin too), not a pipe or terminal."""
+    try:
+        return stat.S_ISREG(os.fstat(source.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (e.g. a test's stdin)
+        return False
+
+
+def _decide_batch(dedup: Deduplicator, articles: list[Article],
+                  checkpoints: list[tuple[str, int]]) -> list[object]:
+    """Their decisions in one batch; if the batch raises (it then writes nothing), one at a time,
+    so that a failing record gets its exception in place of a decision and the others are decided."""
+    if not articles:
+        return []
+    try:
+        return dedup.process_batch(articles, checkpoints=checkpoints)
+    except Exception as exc:  # noqa: BLE001 - reported per record by the caller
+        if len(articles) == 1:
+            return [exc]
+    out: list[object] = []
+    for article, checkpoint in zip(articles, checkpoints, strict=True):
+        try:
+            out.append(dedup.process(article, checkpoint=checkpoint))
+        except Exception as exc:  # noqa: BLE001
+            out.append(exc)
+    return out
 
 
 def _count(summary: Summary, article: object, decision: object) -> None:

@@ -36,18 +36,19 @@ match: they would add writes, not recall).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from . import passages
+from .batch import BatchView, Prepared, run_batch
 from .config import EngineConfig
 from .decision import METHODS, Decision  # noqa: F401  (METHODS: re-exported)
 from .fingerprint import Fingerprint, Fingerprinter
 from .folding import FOLDING_VERSION
 from .identity import agreement
-from .index import BUCKET, SIGNATURE_BITS, Index, StoredArticle, stored_signature
+from .index import BUCKET, SIGNATURE_BITS, Index, StoredArticle
 from .index_record import _record_anchors
 from .lsh import Banding, LSHParams, explicit_params, optimal_params
 from .minhash import bbit_jaccard, containment
@@ -92,11 +93,11 @@ class Deduplicator:
 
     def process(self, article: Article, now: float | None = None,
                 checkpoint: tuple[str, int] | None = None) -> Decision:
-        """Fingerprint ``article`` and decide on it (the embedded, single-process path).
+        """Fingerprint ``article`` and decide on it (the embedded, single-process path): a batch of one.
 
         A redelivered id is answered from the index without fingerprinting the text again.
         """
-        return self._decide(article.id, lambda: self.fingerprint(article), now, checkpoint)
+        return self.process_batch([article], now, [checkpoint])[0]
 
     def decide(self, article_id: str, fp: Fingerprint, now: float | None = None,
                checkpoint: tuple[str, int] | None = None, receipt: bytes | None = None) -> Decision:
@@ -106,7 +107,26 @@ class Deduplicator:
         :meth:`checkpoint`), so a consumer can tell which input it has applied.  ``receipt``, a
         token naming this delivery (see :meth:`receipt`), is stored in the same write.
         """
-        return self._decide(article_id, lambda: fp, now, checkpoint, receipt)
+        return self.decide_batch([article_id], [fp], now, [checkpoint], [receipt])[0]
+
+    def process_batch(self, articles: Sequence[Article], now: float | None = None,
+                      checkpoints: Sequence[tuple[str, int] | None] | None = None) -> list[Decision]:
+        """:meth:`process` on each article in order, in one atomic write (see :meth:`decide_batch`)."""
+        return self._batch([a.id for a in articles], lambda i: self.fingerprint(articles[i]), now, checkpoints)
+
+    def decide_batch(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None], now: float | None = None,
+                     checkpoints: Sequence[tuple[str, int] | None] | None = None,
+                     receipts: Sequence[bytes | None] | None = None) -> list[Decision]:
+        """:meth:`decide` on each article in order: the same decisions, a later article seeing the
+        earlier ones (an id that came earlier in the batch is a replay of it).
+
+        ``checkpoints`` and ``receipts`` hold one entry (or None) per article. The whole batch is
+        written in one atomic write with the last checkpoint: a crash leaves all of it applied or
+        none, and a batch that raises writes nothing. Every article gets the same first-seen time
+        ``now``, and the retention sweep runs (if due) once, before the batch. The fingerprint of
+        an id known before it (a replay) is not used and may be None.
+        """
+        return self._batch(list(ids), fingerprints.__getitem__, now, checkpoints, receipts)
 
     def receipt(self, token: bytes) -> tuple[int, bool] | None:
         """``(checkpoint offset, replayed)`` of the delivery ``token`` if it was decided, else None.
@@ -130,19 +150,20 @@ class Deduplicator:
         art = self.index.article(seq) if seq is not None else None
         return None if art is None else Decision.from_stored(art.decision, art.article_id)
 
-    def _decide(self, article_id: str, fingerprint: Callable[[], Fingerprint], now: float | None,
-                checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> Decision:
-        """Evict, replay a known id (one index read), else fingerprint, decide and index."""
-        c = self.config
+    def _batch(self, ids: list[str], fingerprint: Callable[[int], Fingerprint], now: float | None,
+               checkpoints: Sequence[tuple[str, int] | None] | None,
+               receipts: Sequence[bytes | None] | None = None) -> list[Decision]:
         now = time.time() if now is None else now
-        self._maybe_evict(now)
-        seq = self.index.seq_of(article_id)
-        if seq is not None:
-            return self._replay(seq, checkpoint, receipt)
-        fp = fingerprint()
-        if fp.minhash.shape[0] != c.num_perm:
-            raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {c.num_perm}")
+        self._maybe_evict(now)  # once per batch, before it (see decide_batch)
+        return run_batch(self, ids, fingerprint, now, checkpoints, receipts)
 
+    def _decide(self, view: BatchView, article_id: str, prep: Prepared | None, now: float,
+                checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> Decision:
+        """Replay a known id, else decide on the prepared fingerprint and index it (in ``view``)."""
+        if prep is None:
+            return self._replay(view, view.seq_of(article_id), checkpoint, receipt)
+        c = self.config
+        fp, sig = prep.fp, prep.sig
         bucket_keys: list[bytes] = []
         buckets: list[bytes | None] = []
         permuted: list[int] = []
@@ -150,9 +171,8 @@ class Deduplicator:
         passage: passages.PassageLookup | None = None
         matched: set[int] = set()
         decision: Decision
-        sig = stored_signature(fp.minhash)  # the stored rows, converted once for keys, verification, record
-        exact_seq = self.index.exact_match(fp.exact)
-        exact_hit = self.index.article(exact_seq) if exact_seq is not None else None
+        exact_seq = view.exact_match(fp.exact)
+        exact_hit = view.article(exact_seq) if exact_seq is not None else None
         if exact_hit is not None:
             decision = Decision(id=article_id, type="duplicate-of", duplicate_of=exact_hit.root_id,
                                 similarity=1.0, method="exact", hamming_distance=hamming(fp.simhash, exact_hit.simhash),
@@ -160,10 +180,9 @@ class Deduplicator:
             root_id = exact_hit.root_id
         else:
             if has_shingles:
-                permuted = self.tables.permute_all(fp.simhash)
-                bucket_keys = self.banding.keys(sig, BUCKET)
+                bucket_keys, permuted = prep.keys(self.banding, self.tables)
                 probes = list(zip(range(len(permuted)), permuted, self.tables.key_masks, strict=True))
-                lookup = self.index.lookup(bucket_keys, probes, c.simhash_k)
+                lookup = view.lookup(bucket_keys, probes, c.simhash_k)
                 buckets = lookup.buckets
                 found = lookup.simhash | lookup.lsh
                 if len(found) > MAX_VERIFY:  # a flood of near-copies: verify a bounded subset
@@ -171,40 +190,40 @@ class Deduplicator:
                     found |= set(sorted(lookup.lsh - found)[: MAX_VERIFY - len(found)])
             else:
                 found = set()
-            decision = self._verify(article_id, fp, sig, sorted(found), None, matched)
+            decision = self._verify(view, article_id, fp, sig, sorted(found), None, matched)
             if decision.method in (None, "containment") and fp.anchors.shape[0] \
                     and not self.is_short_text(fp.n_shingles):
-                decision, passage = self._passages(article_id, fp, sig, found, decision, matched)
+                decision, passage = self._passages(view, article_id, fp, sig, found, decision, matched)
             root_id = decision.duplicate_of if decision.is_duplicate else article_id
-        self.index.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
-                          exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_stored(),
-                          bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
-                          index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint,
-                          receipt=receipt, identity=fp.identity, anchors=fp.anchors.shape[0],
-                          postings=self._postings(passage, matched, decision, has_shingles))
+        view.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
+                    exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_stored(),
+                    bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
+                    index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint,
+                    receipt=receipt, identity=fp.identity, anchors=fp.anchors.shape[0],
+                    postings=self._postings(view, passage, matched, decision, has_shingles))
         return decision
 
-    def _passages(self, article_id: str, fp: Fingerprint, sig: np.ndarray, found: set[int], first: Decision,
+    def _passages(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, found: set[int], first: Decision,
                   matched: set[int]) -> tuple[Decision, passages.PassageLookup]:
         """The decision again with the passage anchors: their candidates added, containment also
         measured on anchors, boilerplate discounted. Only for articles that are new or contained
         after the LSH and SimHash candidates (a Jaccard or SimHash copy needs no more evidence)."""
         c = self.config
-        passage = passages.lookup(self.index.passages, fp.anchors, c.passage_common_docs, c.passage_min_shared)
+        passage = passages.lookup(view.passages, fp.anchors, c.passage_common_docs, c.passage_min_shared)
         if not passage.shared and (not first.is_duplicate or passage.usable == fp.anchors.shape[0]):
             return first, passage  # nothing shared, and no boilerplate to discount: the first decision stands
         more = sorted(passage.shared, key=passage.shared.__getitem__, reverse=True)[:MAX_VERIFY // 4]
         matched.clear()
-        return self._verify(article_id, fp, sig, sorted(found.union(more)), passage, matched), passage
+        return self._verify(view, article_id, fp, sig, sorted(found.union(more)), passage, matched), passage
 
-    def _postings(self, passage: passages.PassageLookup | None, matched: set[int], decision: Decision,
+    def _postings(self, view: BatchView, passage: passages.PassageLookup | None, matched: set[int], decision: Decision,
                   has_shingles: bool) -> tuple[list[tuple[bytes, bytes]], bytes]:
         """The passage lists the new article joins: only an article whose lists were read (new, or
         contained), by the rule of :func:`_adds_to_index`, and none that already holds an article it
         was verified a duplicate of."""
         if passage is None or not self._adds_to_index(decision, has_shingles):
             return [], b""
-        return passages.posting_writes(passage, self.index.next_seq, self.config.passage_common_docs, matched)
+        return passages.posting_writes(passage, view.next_seq, self.config.passage_common_docs, matched)
 
     def _adds_to_index(self, decision: Decision, has_shingles: bool) -> bool:
         """Whether the article's sketches go into the LSH buckets and SimHash tables.
@@ -268,10 +287,11 @@ class Deduplicator:
         self.close()
 
     # -- internals --------------------------------------------------------------------------
-    def _replay(self, seq: int, checkpoint: tuple[str, int] | None, receipt: bytes | None) -> Decision:
-        art = self.index.article(seq)
+    def _replay(self, view: BatchView, seq: int, checkpoint: tuple[str, int] | None,
+                receipt: bytes | None) -> Decision:
+        art = view.article(seq)
         if checkpoint is not None or receipt is not None:
-            self.index.mark(checkpoint, receipt, replayed=True)
+            view.mark(checkpoint, receipt, replayed=True)
         assert art is not None, f"index is missing the record of seq {seq}"
         return Decision.from_stored(art.decision, art.article_id)
 
@@ -286,14 +306,14 @@ class Deduplicator:
         postings = passages.removal_writes(self.index.passages, art.seq, self.index.passages_added(art.seq))
         self.index.delete(art, bucket_keys, permuted, postings)
 
-    def _verify(self, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int],
+    def _verify(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int],
                 passage: passages.PassageLookup | None = None, matched: set[int] | None = None) -> Decision:
         """The decision among the candidates ``seqs``; the seqs of those that pass the text rules
         (look-alikes included) are added to ``matched``."""
         if not seqs:
             return Decision(id=article_id, type="new")
         c = self.config
-        found, agree, headers, raw = self.index.compare(seqs, sig)
+        found, agree, headers, raw = view.compare(seqs, sig)
         if not found:
             return Decision(id=article_id, type="new", candidates=len(seqs))
         n = fp.n_shingles

@@ -38,8 +38,8 @@ as JSON (the engine stores a compact list, replayed when the id comes again).
 The ``passages`` family holds the posting lists of :mod:`stream_dedup.passages` (hash-indexed
 memtable keyed by the whole 6-byte anchor).
 
-All writes for one article go in one ``WriteBatch`` across families: a crash leaves an article
-either fully indexed or absent.
+All writes of one batch of articles (:mod:`stream_dedup.batch`; one article for ``process``) go
+in one ``WriteBatch`` across families: a crash leaves a batch either fully indexed or absent.
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applie
 # 6: passage anchors (posting lists, D deletion lists, anchor count in the record)
 _SCHEMA = 6
 _POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
+DEFAULT = "default"  # the family of the state, checkpoints and settings
+Entry = tuple[str, bytes, bytes]  # a write: (family, key, value)
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
 _ID_SEED = 0x1D5EED
@@ -211,22 +213,28 @@ class Index:
         v = self._points.get(b"A" + _u64(seq))
         return None if v is None else _unpack_record(seq, v, self.num_perm)
 
+    def get(self, keys, family: str = _POINTS):
+        """The values of the list ``keys`` in ``family`` (one multi-get; None: absent), or of one key."""
+        return (self.passages if family == PASSAGES else self._points).get(keys) if keys else []
+
     def articles(self, seqs: list[int]) -> list[StoredArticle]:
         if not seqs:
             return []
         values = self._points.get([b"A" + _u64(s) for s in seqs])
         return [_unpack_record(s, v, self.num_perm) for s, v in zip(seqs, values, strict=True) if v is not None]
 
-    def compare(self, seqs: list[int], minhash: np.ndarray) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
+    def compare(self, seqs: list[int], minhash: np.ndarray,
+                values: list[bytes | None] | None = None) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
         """Candidates' agreement with ``minhash`` without decoding whole records.
 
         ``minhash`` is the full signature or its :func:`stored_signature` (compared without a copy).
 
         Returns the seqs still indexed, per candidate the number of equal signature rows, its record
         header ``(first_seen, simhash, n_shingles, flags, exact)``, and the raw records (read the ids
-        of one with :meth:`ids`).
+        of one with :meth:`ids`). ``values``: the records of ``seqs`` if the caller has read them.
         """
-        values = self._points.get([b"A" + _u64(s) for s in seqs])
+        if values is None:
+            values = self._points.get([b"A" + _u64(s) for s in seqs])
         found = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
         if not found:
             return [], np.zeros(0, dtype=np.int64), [], []
@@ -247,7 +255,7 @@ class Index:
         return _record_identity(value, self.num_perm)
 
     def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
-               max_distance: int = 64) -> Lookup:
+               max_distance: int = 64, buckets: list[bytes | None] | None = None) -> Lookup:
         """Members of the signature's LSH buckets, and every SimHash within ``max_distance`` bits.
 
         ``table_probes`` holds per table ``(table number, permuted query, key mask)``; masks are
@@ -255,10 +263,16 @@ class Index:
         scans the whole key range (entries agreeing with the query on the masked key bits), with
         no cap, so no fingerprint within ``max_distance`` of the query is ever missed; entries
         farther away are dropped during the scan (Hamming distance is the same on permuted values).
+        ``buckets``: the values of ``bucket_keys`` if the caller has read them.
         """
-        buckets = self._points.get(bucket_keys) if bucket_keys else []
+        if buckets is None:
+            buckets = self._points.get(bucket_keys) if bucket_keys else []
         members = b"".join([v for v in buckets if v])
         lsh = set(np.frombuffer(members, dtype=">u4").tolist()) if members else set()
+        return Lookup(lsh, self.probe(table_probes, max_distance), buckets)
+
+    def probe(self, table_probes: list[tuple[int, int, int]], max_distance: int = 64) -> set[int]:
+        """The SimHash part of :meth:`lookup`: seqs of the table entries within ``max_distance``."""
         sim: set[int] = set()
         if table_probes:
             prefix_mask = ((1 << self.table_prefix_bits) - 1) << (64 - self.table_prefix_bits)
@@ -281,69 +295,94 @@ class Index:
                         sim.add(_U64.unpack_from(key, 9)[0])
                     it.next()
             del it, by_prefix, ordered
-        return Lookup(lsh, sim, buckets)
+        return sim
 
     # -- writes -----------------------------------------------------------------------------
-    def insert(self, *, article_id: str, first_seen: float, simhash: int, n_shingles: int, exact: bytes,
-               minhash: np.ndarray, root_id: str, decision: dict | list, bucket_keys: list[bytes],
-               buckets: list[bytes | None], permuted: list[int], index_sketches: bool,
-               checkpoint: tuple[str, int] | None, receipt: bytes | None = None,
-               identity: np.ndarray = NO_IDENTITY, anchors: int = 0,
-               postings: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")) -> int:
-        """Index one article.
+    def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
+        """Index one article in one atomic write: :meth:`article_entries` (its keyword arguments),
+        the index state, and the ``checkpoint`` and ``receipt`` marks (see :meth:`mark`)."""
+        seq = self.take_seq()
+        entries = self.article_entries(seq, **article)
+        entries.append(self.state_entry())
+        entries += self.mark_entries(checkpoint, receipt, False)
+        self.write(entries)
+        return seq
+
+    def take_seq(self) -> int:
+        """Number the next article (the index state counts it; written by the caller's next write)."""
+        seq = self.check_seq(self.next_seq)
+        self.next_seq = seq + 1
+        self.count += 1
+        return seq
+
+    def check_seq(self, seq: int) -> int:
+        """``seq``, if the LSH buckets can name it (else OverflowError)."""
+        if seq > _MAX_SEQ:
+            raise OverflowError(f"the index in {self.path} has numbered {seq:,} articles, the most its LSH "
+                                f"buckets can name; rebuild it in a new directory")
+        return seq
+
+    def article_entries(self, seq: int, *, article_id: str, first_seen: float, simhash: int, n_shingles: int,
+                        exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list,
+                        bucket_keys: list[bytes], buckets: list[bytes | None], permuted: list[int],
+                        index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0,
+                        postings: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")) -> list[Entry]:
+        """The ``(family, key, value)`` writes that index article ``seq``.
 
         ``bucket_keys`` are its LSH bucket keys (``BUCKET`` + band key) with ``buckets`` their
         values as :meth:`lookup` read them; ``permuted`` is its SimHash permuted for each table.
         ``anchors`` is its number of passage anchors, ``postings`` the passage lists to write and
         the anchors it added (:func:`stream_dedup.passages.posting_writes`; made for this ``seq``).
         """
-        seq = self.next_seq
-        if seq > _MAX_SEQ:
-            raise OverflowError(f"the index in {self.path} has numbered {seq:,} articles, the most its LSH "
-                                f"buckets can name; rebuild it in a new directory")
         s8 = _u64(seq)
-        points, tables = self._cf[_POINTS], self._cf[_SIMHASH]
-        wb = WriteBatch(raw_mode=True)
-        put = wb.put
-        put(b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
-                                       article_id, root_id, decision, identity, anchors), points)
-        put(self._cached_id_key(article_id), s8, points)
-        put(_u64(int(first_seen * 1000)) + s8, b"", self._cf[_TIME])
+        out: list[Entry] = [
+            (_POINTS, b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
+                                              article_id, root_id, decision, identity, anchors)),
+            (_POINTS, self._cached_id_key(article_id), s8),
+            (_TIME, _u64(int(first_seen * 1000)) + s8, b"")]
         if index_sketches:
-            put(b"X" + exact, s8, points)
+            out.append((_POINTS, b"X" + exact, s8))
             cap = _BUCKET_SEQ.size * self.max_bucket
             s4 = _BUCKET_SEQ.pack(seq)
-            for bk, members in zip(bucket_keys, buckets, strict=True):
-                put(bk, (members + s4)[-cap:] if members else s4, points)
+            out += [(_POINTS, bk, (members + s4)[-cap:] if members else s4)
+                    for bk, members in zip(bucket_keys, buckets, strict=True)]
             pack = _TABLE_ENTRY.pack
-            for table, p in enumerate(permuted):
-                put(pack(table, p, seq), b"", tables)
+            out += [(_SIMHASH, pack(table, p, seq), b"") for table, p in enumerate(permuted)]
         if postings[0]:
-            family = self._cf[PASSAGES]
-            for key, value in postings[0]:
-                put(key, value, family)
-            put(DELETE_PREFIX + s8, postings[1], points)
-        self.next_seq = seq + 1
-        self.count += 1
-        put(b"Mstate", _STATE.pack(self.next_seq, self.count))
-        self._put_marks(wb, checkpoint, receipt, False)
-        self.db.write(wb)
-        return seq
+            out += [(PASSAGES, key, value) for key, value in postings[0]]
+            out.append((_POINTS, DELETE_PREFIX + s8, postings[1]))
+        return out
 
-    def _put_marks(self, wb: WriteBatch, checkpoint: tuple[str, int] | None, receipt: bytes | None,
-                   replayed: bool) -> None:
+    def state_entry(self) -> Entry:
+        """The write that stores the index state (next seq, count)."""
+        return DEFAULT, b"Mstate", _STATE.pack(self.next_seq, self.count)
+
+    def mark_entries(self, checkpoint: tuple[str, int] | None, receipt: bytes | None,
+                     replayed: bool) -> list[Entry]:
+        """The writes of a checkpoint and a delivery receipt (see :meth:`receipt`)."""
+        out: list[Entry] = []
         if checkpoint is not None:
-            wb.put(b"Mckpt:" + checkpoint[0].encode(), _u64(checkpoint[1]))
+            out.append((DEFAULT, b"Mckpt:" + checkpoint[0].encode(), _u64(checkpoint[1])))
         if receipt is not None:
             offset = checkpoint[1] if checkpoint is not None else 0
-            wb.put(receipt, _RECEIPT.pack(offset, 1 if replayed else 0), self._cf[_RECEIPTS])
+            out.append((_RECEIPTS, receipt, _RECEIPT.pack(offset, 1 if replayed else 0)))
+        return out
+
+    def write(self, entries: list[Entry]) -> None:
+        """Apply ``(family, key, value)`` writes in one atomic ``WriteBatch``."""
+        wb = WriteBatch(raw_mode=True)
+        put, cf = wb.put, self._cf
+        for family, key, value in entries:
+            if family == DEFAULT:
+                put(key, value)
+            else:
+                put(key, value, cf[family])
+        self.db.write(wb)
 
     def mark(self, checkpoint: tuple[str, int] | None, receipt: bytes | None = None,
              replayed: bool = False) -> None:
         """Store a checkpoint and/or a delivery receipt (see :meth:`receipt`) in one atomic write."""
-        wb = WriteBatch(raw_mode=True)
-        self._put_marks(wb, checkpoint, receipt, replayed)
-        self.db.write(wb)
+        self.write(self.mark_entries(checkpoint, receipt, replayed))
 
     def receipt(self, token: bytes) -> tuple[int, bool] | None:
         """``(checkpoint offset, replayed)`` stored with the delivery ``token``, or None.

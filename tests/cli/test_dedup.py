@@ -367,3 +367,26 @@ def test_bad_memory_is_a_usage_error(value: str, message: str, tmp_path: Path,
     inp.write_bytes(b'{"id": "a", "text": "some text here"}\n')
     assert run(["dedup", str(inp), "--out", str(tmp_path / "o.jsonl"), "--memory", value]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_record_that_fails_in_a_batch_is_rejected_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dedup` decides a file's records in batches (Deduplicator.process_batch); a record whose
+    processing raises makes the batch write nothing, and the batch is redone one record at a time:
+    only that record is rejected, and the others get the events of a run without it."""
+    lines = [json.dumps({"id": f"r{i}", "text": f"story {i % 7} " + "words of the story " * 20}) for i in range(40)]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(lines) + "\n")
+    (tmp_path / "without.jsonl").write_text("\n".join(line for i, line in enumerate(lines) if i != 13) + "\n")
+    assert run(["dedup", str(tmp_path / "without.jsonl"), "--out", str(tmp_path / "ref.jsonl"), "-q"]) == 0
+    fingerprint = Deduplicator.fingerprint
+
+    def failing(self, article):
+        if article.id == "r13":
+            raise RuntimeError("boom")
+        return fingerprint(self, article)
+
+    monkeypatch.setattr(Deduplicator, "fingerprint", failing)
+    out, rejects = tmp_path / "out.jsonl", tmp_path / "rej.jsonl"
+    assert run(["dedup", str(inp), "--out", str(out), "--rejects", str(rejects), "-q"]) == 0
+    assert [(r["line"], r["reason"]) for r in read_jsonl(rejects)] == [(14, "processing_error")]
+    assert read_jsonl(out) == read_jsonl(tmp_path / "ref.jsonl")

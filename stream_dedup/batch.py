@@ -1,0 +1,214 @@
+"""The index as one batch of decisions sees it: RocksDB as it was when the batch began, overlaid by
+what the batch has written so far, and the batch's writes applied in one ``WriteBatch`` at the end.
+
+:class:`BatchView` has the read methods the engine's decision needs (:meth:`seq_of`,
+:meth:`exact_match`, :meth:`article`, :meth:`lookup`, :meth:`compare`, the passage lists) and
+answers each from the batch's own writes first, then from the values it has read (it reads each
+key of the index at most once: :meth:`prefetch` reads the ids, exact hashes and LSH buckets of
+the whole batch in one multi-get), then from RocksDB. The index is not written while a batch runs
+(a single writer), so what was read stays true until the batch's own writes replace it. The
+SimHash tables are probed in RocksDB and in an in-memory table of the batch's entries, keyed like
+the RocksDB one by table and key bits.
+
+:meth:`commit` writes everything, the index state and the last checkpoint included, in one atomic
+write: a crash leaves the whole batch applied or none of it. A batch that raises before
+:meth:`commit` leaves the index as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from rocksdict import WriteBatch
+
+from .fingerprint import Fingerprint
+from .index import _POINTS, BUCKET, DEFAULT, Entry, Index, Lookup, _id_key, _u64
+from .index_record import StoredArticle, _unpack_record, stored_signature
+from .passages import PASSAGES
+
+if TYPE_CHECKING:
+    from .decision import Decision
+    from .engine import Deduplicator
+    from .lsh import Banding
+    from .simhash import PermutedTables
+
+__all__ = ["BatchView", "Prepared", "run_batch"]
+_UNKNOWN = object()  # a key not read yet
+
+
+def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int], Fingerprint], now: float,
+              checkpoints: Sequence[tuple[str, int] | None] | None,
+              receipts: Sequence[bytes | None] | None) -> list[Decision]:
+    """The decisions of ``engine`` on ``ids`` in order (:meth:`Deduplicator.decide_batch`): read
+    the batch's ids, fingerprint the unknown ones (``fingerprint(i)``), read their exact hashes,
+    then the LSH buckets of those without an exact match in the index (one multi-get each),
+    decide one by one in a :class:`BatchView`, write once."""
+    view = BatchView(engine.index, engine.tables.key_masks)
+    if len(ids) > 1:  # (a batch of one reads its keys one at a time: a multi-get of one key costs more)
+        view.prefetch([view.id_key(i) for i in ids])
+    prepared: list[Prepared | None] = [None] * len(ids)
+    fresh: set[str] = set()
+    for i, article_id in enumerate(ids):
+        if article_id not in fresh and view.seq_of(article_id) is None:  # else a replay
+            fresh.add(article_id)
+            prepared[i] = Prepared.of(fingerprint(i), engine.config.num_perm)
+    todo = [p for p in prepared if p is not None]
+    if len(todo) > 1:
+        view.prefetch([b"X" + p.fp.exact for p in todo])
+    view.prefetch([k for p in todo if view.exact_match(p.fp.exact) is None
+                   for k in p.keys(engine.banding, engine.tables)[0]])
+    decisions = [engine._decide(view, article_id, prepared[i], now, checkpoints[i] if checkpoints else None,
+                                receipts[i] if receipts else None) for i, article_id in enumerate(ids)]
+    view.commit()
+    return decisions
+
+
+@dataclass(slots=True)
+class Prepared:
+    """An article to decide on: its fingerprint, its stored signature (converted once for keys,
+    verification and record), and, once asked for, its bucket keys and permuted SimHashes."""
+    fp: Fingerprint
+    sig: np.ndarray
+    buckets: list[bytes] | None = None
+    permuted: list[int] | None = None
+
+    @classmethod
+    def of(cls, fp: Fingerprint, num_perm: int) -> Prepared:
+        if fp.minhash.shape[0] != num_perm:
+            raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {num_perm}")
+        return cls(fp, stored_signature(fp.minhash))
+
+    def keys(self, banding: Banding, tables: PermutedTables) -> tuple[list[bytes], list[int]]:
+        """(LSH bucket keys, SimHash permuted for each table); none for an empty text."""
+        if self.buckets is None:
+            has_shingles = self.fp.n_shingles > 0
+            self.buckets = banding.keys(self.sig, BUCKET) if has_shingles else []
+            self.permuted = tables.permute_all(self.fp.simhash) if has_shingles else []
+        return self.buckets, self.permuted
+
+
+class BatchView:
+    """Reads through the batch's writes; writes kept until :meth:`commit` (see the module doc)."""
+
+    def __init__(self, index: Index, table_masks: list[int]) -> None:
+        self.index = index
+        self.next_seq = index.next_seq
+        self.count = index.count
+        self.num_perm = index.num_perm
+        self.known: dict[str, dict[bytes, bytes | None]] = {_POINTS: {}, PASSAGES: {}}  # read or written
+        self.batch = WriteBatch(raw_mode=True)  # the batch's writes (a later put of a key wins)
+        self.families = index._cf  # the handles of the families but the default one
+        self.writes = 0
+        self.masks = table_masks
+        self.tables: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (table, key bits) -> [(permuted, seq)]
+        self.id_keys: dict[str, bytes] = {}
+
+    # -- reads ------------------------------------------------------------------------------
+    def get(self, keys: list[bytes], family: str = _POINTS) -> list[bytes | None]:
+        """Values of ``keys``: the batch's, else read (once) from the index."""
+        known = self.known[family]
+        missing = [k for k in keys if k not in known]
+        if missing:
+            known.update(zip(missing, self.index.get(missing, family), strict=True))
+        return [known[k] for k in keys]
+
+    prefetch = get  # read many keys in one multi-get ahead of the decisions that need them
+
+    def get_one(self, key: bytes, family: str = _POINTS) -> bytes | None:
+        """The value of ``key``, as :meth:`get` (a single read on a miss)."""
+        known = self.known[family]
+        v = known.get(key, _UNKNOWN)
+        if v is _UNKNOWN:
+            v = known[key] = self.index.get(key, family)
+        return v
+
+    def id_key(self, article_id: str) -> bytes:
+        key = self.id_keys.get(article_id)
+        if key is None:
+            key = self.id_keys[article_id] = _id_key(article_id)
+        return key
+
+    def seq_of(self, article_id: str) -> int | None:
+        v = self.get_one(self.id_key(article_id))
+        return None if v is None else int.from_bytes(v, "big")
+
+    def exact_match(self, exact: bytes) -> int | None:
+        v = self.get_one(b"X" + exact)
+        return None if v is None else int.from_bytes(v, "big")
+
+    def article(self, seq: int) -> StoredArticle | None:
+        v = self.get_one(b"A" + _u64(seq))
+        return None if v is None else _unpack_record(seq, v, self.num_perm)
+
+    def compare(self, seqs: list[int], minhash: np.ndarray) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
+        """:meth:`Index.compare` on the records as the batch sees them."""
+        return self.index.compare(seqs, minhash, self.get([b"A" + _u64(s) for s in seqs]))
+
+    def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
+               max_distance: int) -> Lookup:
+        """:meth:`Index.lookup` with the batch's bucket values and SimHash table entries."""
+        found = self.index.lookup(bucket_keys, table_probes, max_distance, self.get(bucket_keys))
+        if self.tables:
+            for table, query, mask in table_probes:
+                for permuted, seq in self.tables.get((table, query & mask), ()):
+                    if (permuted ^ query).bit_count() <= max_distance:
+                        found.simhash.add(seq)
+        return found
+
+    @property
+    def passages(self) -> BatchView:
+        """The passage lists (``get(keys)``, as :func:`stream_dedup.passages.lookup` reads a family)."""
+        return _Family(self, PASSAGES)  # type: ignore[return-value]
+
+    # -- writes -----------------------------------------------------------------------------
+    def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
+        """:meth:`Index.insert` into the batch: the article gets the next seq, its writes wait for :meth:`commit`."""
+        seq = self.index.check_seq(self.next_seq)
+        self.next_seq, self.count = seq + 1, self.count + 1
+        self.id_key(article["article_id"])
+        self._put(self.index.article_entries(seq, **article))
+        for table, p in enumerate(article["permuted"] if article["index_sketches"] else ()):
+            self.tables.setdefault((table, p & self.masks[table]), []).append((p, seq))
+        self.mark(checkpoint, receipt, False)
+        return seq
+
+    def mark(self, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, replayed: bool = False) -> None:
+        self._put(self.index.mark_entries(checkpoint, receipt, replayed))
+
+    def _put(self, entries: list[Entry]) -> None:
+        put, families, known = self.batch.put, self.families, self.known
+        for family, key, value in entries:
+            if family == DEFAULT:
+                put(key, value)
+            else:
+                put(key, value, families[family])
+                if family in known:
+                    known[family][key] = value
+        self.writes += len(entries)
+
+    def commit(self) -> None:
+        """Write the batch (and the index state) in one atomic write; the index then counts its articles."""
+        if not self.writes:
+            return
+        index = self.index
+        index.next_seq, index.count = self.next_seq, self.count
+        _, key, value = index.state_entry()
+        self.batch.put(key, value)
+        index.db.write(self.batch)
+        self.batch, self.writes = WriteBatch(raw_mode=True), 0
+
+
+class _Family:
+    """One family of a :class:`BatchView`, read like a rocksdict column family (``get(keys)``)."""
+
+    __slots__ = ("family", "view")
+
+    def __init__(self, view: BatchView, family: str) -> None:
+        self.view, self.family = view, family
+
+    def get(self, keys: list[bytes]) -> list[bytes | None]:
+        return self.view.get(keys, self.family)
+
