@@ -115,7 +115,12 @@ def make_folding(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[lis
 
 
 # -- short texts -----------------------------------------------------------------------------
-_PREFIXES = ("BREAKING:", "WATCH:", "Update:", "LIVE:")
+_PREFIXES = ("BREAKING:", "WATCH:", "Update:", "LIVE:", "UPDATE 2-", "EXCLUSIVE:", "Opinion |", "BREAKING NEWS -")
+
+
+def _flagged(rng: random.Random, title: str) -> str:
+    prefix = rng.choice(_PREFIXES)
+    return prefix + title if prefix.endswith("-") else f"{prefix} {title}"  # an agency tag: UPDATE 2-Oil ...
 
 
 def _title_words(a: dict) -> list[str]:
@@ -137,14 +142,16 @@ def make_short(articles: list[dict], n: int = 200, seed: int = 1) -> tuple[list[
         elif kind == "punct":
             variant = disguise(rng, title.replace("'", "\u2019"), 0.3) + rng.choice((".", " -", "!"))
         else:
-            variant = f"{rng.choice(_PREFIXES)} {title}"
+            variant = _flagged(rng, title)
         vid = f"{a['id']}-h"
         items.append((_rec(vid, variant), {"id": vid, "cluster": a["id"], "kind": f"short-{kind}"}))
         words = _title_words(a)
         i = rng.choice([0, len(words) - 1, rng.randrange(len(words))])  # first, last or any word replaced
-        other = words[:i] + [rng.choice(vocab)] + words[i + 1:]
+        other = " ".join(words[:i] + [rng.choice(vocab)] + words[i + 1:])
+        if kind == "prefix" and rng.random() < 0.5:  # a flagged headline with one word replaced: still new
+            other = _flagged(rng, other)
         oid = f"{a['id']}-h-other"
-        items.append((_rec(oid, " ".join(other)), {"id": oid, "cluster": oid, "kind": "short-other"}))
+        items.append((_rec(oid, other), {"id": oid, "cluster": oid, "kind": "short-other"}))
     return _stream(items, rng)
 
 

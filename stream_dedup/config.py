@@ -123,6 +123,9 @@ class EngineConfig:
             "exact normalised text or by --short-text-jaccard, never by containment or SimHash (0 = no rule).")
     short_text_jaccard: float = _opt(
         0.8, "Estimated Jaccard a short text needs with a candidate (1 = exact normalised match only).")
+    headline_flags: int = _opt(
+        1, "1 = strip a leading headline flag (BREAKING:, WATCH:, UPDATE 2-, Opinion |: 1-3 flag words, see README "
+           "'Short texts') from a text that then has 3 to --short-text-words - 1 words, before fingerprinting; 0 = keep.")
     identity_threshold: float = _opt(
         0.5, "A text match is not a duplicate when, among the contexts both articles give an identity token "
              "(number, capitalised name), fewer than this share hold a same token: a look-alike report, new, "
@@ -158,7 +161,7 @@ class EngineConfig:
             errors.append("num_perm must be >= 8")
         if self.shingle_size < 1:
             errors.append("shingle_size must be >= 1")
-        for name in ("fold_diacritics", "containment_both_ways"):
+        for name in ("fold_diacritics", "containment_both_ways", "headline_flags"):
             if getattr(self, name) not in (0, 1):
                 errors.append(f"{name} must be 0 or 1")
         if self.passage_window < 0:
