@@ -116,6 +116,32 @@ def test_a_short_earlier_blurb_inside_a_new_article_is_not_evidence(tmp_path: Pa
     assert _decide(tmp_path / "b", [blurb, body + " " + blurb], min_contained_earlier_shingles=20)[1].is_duplicate
 
 
+# -- the rewrite rule ----------------------------------------------------------------------------
+def _article(aid: str) -> dict:
+    return next(a for a in ARTICLES if a["id"] == aid)
+
+
+@needs_articles
+def test_a_loosely_rewritten_story_is_a_duplicate_by_the_rewrite_rule(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    story = _article("news-00451")["text"]
+    copy, j5 = cases.rewritten(rng, story)
+    assert 0.3 <= j5 <= 0.5                                          # exact word 5-gram Jaccard
+    d = _decide(tmp_path / "a", [story, copy])
+    assert d[1].is_duplicate and d[1].method == "rewrite" and d[1].methods == ("rewrite",)
+    assert 0.3 <= d[1].similarity < 0.5 and d[1].to_event()["method"] == "rewrite"
+    assert _decide(tmp_path / "b", [story, copy], rewrite_jaccard=0.0)[1].type == "new"
+
+
+@needs_articles
+@pytest.mark.parametrize(("earlier", "later"), [("news-00175", "news-00783"), ("news-00838", "news-00849"),
+                                                ("news-01349", "news-01465")])
+def test_a_follow_up_story_repeating_the_background_stays_new(tmp_path: Path, earlier: str, later: str) -> None:
+    # different stories of one agency (TASS, RTE) in the band: J 0.3-0.5 and 8+ identity pairs shared
+    d = _decide(tmp_path, [_article(earlier)["text"], _article(later)["text"]])
+    assert d[1].type == "new" and 0.3 <= (d[1].similarity or 0.3)
+
+
 # -- the class streams, scored as bench/quality.py scores them -----------------------------------
 @needs_articles
 def test_class_streams_are_deterministic_and_hold_both_sides() -> None:
@@ -135,6 +161,7 @@ def test_class_streams_are_deterministic_and_hold_both_sides() -> None:
     ("page", 0.98, 0.95, 0),
     ("excerpt", 0.95, 0.95, 1),
     ("template", 0.95, 0.95, 2),
+    ("rewrite", 0.95, 0.6, 1),
 ])
 def test_class_figures(name: str, min_precision: float, min_recall: float, max_lookalikes: int) -> None:
     quality = _bench("quality")
