@@ -18,6 +18,7 @@ first words (an article that starts with ``Update:`` is compared as it is).
 from __future__ import annotations
 
 import re
+from itertools import islice
 
 FLAG_WORDS = ("breaking", "news", "watch", "update", "updated", "updates", "exclusive", "live", "opinion",
               "video", "videos", "photos", "pictures", "analysis", "just", "in", "developing", "refile",
@@ -46,6 +47,6 @@ def strip_flag(text: str, short_words: int) -> str:
     if m is None:
         return text
     rest = text[m.end():]
-    if not MIN_REST_WORDS <= len(_WORD.findall(rest)[:short_words]) < short_words:
+    if not MIN_REST_WORDS <= sum(1 for _ in islice(_WORD.finditer(rest), short_words)) < short_words:
         return text
     return rest
