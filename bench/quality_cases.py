@@ -40,7 +40,7 @@ import re
 from pathlib import Path
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-CLASSES = ("folding", "short", "page", "excerpt", "template")
+CLASSES = ("folding", "short", "page", "excerpt", "template", "rewrite")
 
 
 def load_articles(data: Path = DEFAULT_DATA) -> list[dict]:
@@ -115,7 +115,12 @@ def make_folding(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[lis
 
 
 # -- short texts -----------------------------------------------------------------------------
-_PREFIXES = ("BREAKING:", "WATCH:", "Update:", "LIVE:")
+_PREFIXES = ("BREAKING:", "WATCH:", "Update:", "LIVE:", "UPDATE 2-", "EXCLUSIVE:", "Opinion |", "BREAKING NEWS -")
+
+
+def _flagged(rng: random.Random, title: str) -> str:
+    prefix = rng.choice(_PREFIXES)
+    return prefix + title if prefix.endswith("-") else f"{prefix} {title}"  # an agency tag: UPDATE 2-Oil ...
 
 
 def _title_words(a: dict) -> list[str]:
@@ -137,14 +142,16 @@ def make_short(articles: list[dict], n: int = 200, seed: int = 1) -> tuple[list[
         elif kind == "punct":
             variant = disguise(rng, title.replace("'", "\u2019"), 0.3) + rng.choice((".", " -", "!"))
         else:
-            variant = f"{rng.choice(_PREFIXES)} {title}"
+            variant = _flagged(rng, title)
         vid = f"{a['id']}-h"
         items.append((_rec(vid, variant), {"id": vid, "cluster": a["id"], "kind": f"short-{kind}"}))
         words = _title_words(a)
         i = rng.choice([0, len(words) - 1, rng.randrange(len(words))])  # first, last or any word replaced
-        other = words[:i] + [rng.choice(vocab)] + words[i + 1:]
+        other = " ".join(words[:i] + [rng.choice(vocab)] + words[i + 1:])
+        if kind == "prefix" and rng.random() < 0.5:  # a flagged headline with one word replaced: still new
+            other = _flagged(rng, other)
         oid = f"{a['id']}-h-other"
-        items.append((_rec(oid, " ".join(other)), {"id": oid, "cluster": oid, "kind": "short-other"}))
+        items.append((_rec(oid, other), {"id": oid, "cluster": oid, "kind": "short-other"}))
     return _stream(items, rng)
 
 
@@ -332,10 +339,175 @@ def make_template(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[li
     return _stream(items, rng)
 
 
+# -- same story, loosely rewritten -----------------------------------------------------------
+_SYNONYMS = (("said", "stated"), ("says", "states"), ("told", "informed"), ("people", "individuals"),
+             ("government", "administration"), ("president", "leader"), ("police", "officers"),
+             ("killed", "left dead"), ("attack", "assault"), ("announced", "unveiled"), ("however", "but"),
+             ("also", "additionally"), ("about", "around"), ("more than", "over"), ("because", "as"),
+             ("expected", "set"), ("major", "key"), ("country", "nation"), ("help", "assist"),
+             ("began", "started"), ("big", "large"), ("new", "fresh"), ("show", "indicate"),
+             ("according to", "citing"), ("week", "seven days"), ("officials", "authorities"),
+             ("will", "is set to"), ("would", "could"), ("after", "following"), ("before", "ahead of"))
+_CONTRACTIONS = (("do not", "don't"), ("does not", "doesn't"), ("did not", "didn't"), ("is not", "isn't"),
+                 ("it is", "it's"), ("was not", "wasn't"), ("have not", "haven't"), ("will not", "won't"),
+                 ("we are", "we're"), ("they are", "they're"), ("cannot", "can't"))
+_FILLERS = ("also", "now", "reportedly", "on Monday", "earlier", "meanwhile", "still", "again", "already")
+_ATTRIBUTION = re.compile(r"^(.*\S),? (he|she|they|[A-Z][a-z]+(?: [A-Z][a-z]+)?) said\.$")
+_ATTRIBUTION_INV = re.compile(r"^(.*\S),? said (he|she|they|[A-Z][a-z]+(?: [A-Z][a-z]+)?)\.$")
+_SWAPS = [(re.compile(rf"\b{re.escape(a)}\b"), b) for a, b in _SYNONYMS + _CONTRACTIONS] + \
+         [(re.compile(rf"\b{re.escape(b)}\b"), a) for a, b in _CONTRACTIONS] + \
+         [(re.compile(r"\b(\d+) percent\b"), r"\1%"), (re.compile(r"\b(\d+)%"), r"\1 per cent"),
+          (re.compile(r"\b(\d{1,3}),(\d{3})\b"), r"\1\2"), (re.compile(r"\b(\d+) million\b"), r"\1m")]
+
+
+def _reword(rng: random.Random, sent: str, rate: float) -> str:
+    """One sentence lightly re-edited: synonyms, contractions, number formats, attribution moved,
+    clauses swapped, words dropped or inserted, each with a chance growing with ``rate``."""
+    m = _ATTRIBUTION.match(sent) or _ATTRIBUTION_INV.match(sent)
+    if m and rng.random() < rate * 2:
+        said = f"{m.group(2)} said" if _ATTRIBUTION_INV.match(sent) else f"said {m.group(2)}"
+        sent = f"{m.group(1)}, {said}."
+    for pattern, repl in _SWAPS:
+        if rng.random() < rate * 1.5:
+            sent = pattern.sub(repl, sent, count=1)
+    if ", " in sent and rng.random() < rate:
+        head, tail = sent.rstrip(".").split(", ", 1)
+        if len(head.split()) > 3 and len(tail.split()) > 3:
+            sent = f"{tail[0].upper()}{tail[1:]}, {head[0].lower()}{head[1:]}."
+    words = sent.split(" ")
+    out = []
+    for w in words:
+        r = rng.random()
+        if r < rate * 0.12 and len(words) > 8:
+            continue                                           # a word dropped
+        out.append(w)
+        if r > 1 - rate * 0.1:
+            out.append(rng.choice(_FILLERS))                   # a word inserted
+    return " ".join(out)
+
+
+def rewrite(rng: random.Random, text: str, rate: float) -> str:
+    """``text`` loosely rewritten at ``rate`` (0-1): sentences re-edited, some neighbours swapped
+    (the lead stays first)."""
+    sents = [_reword(rng, s, rate) for s in _sentences(text)]
+    for i in range(1, len(sents) - 1):
+        if rng.random() < rate * 0.5:
+            sents[i], sents[i + 1] = sents[i + 1], sents[i]
+    return " ".join(sents)
+
+
+def _jaccard5(a: str, b: str) -> float:
+    x, y = _shingles(a, 5), _shingles(b, 5)
+    return len(x & y) / (len(x | y) or 1)
+
+
+def rewritten(rng: random.Random, text: str, low: float = 0.3, high: float = 0.5) -> tuple[str, float]:
+    """A rewrite of ``text`` whose exact word 5-gram Jaccard with it falls in [low, high] (the rate
+    is searched; the closest try is kept when none does), and that Jaccard."""
+    target = rng.uniform(low, high)
+    lo, hi = 0.0, 1.0
+    best = (text, 1.0)
+    for _ in range(8):
+        rate = (lo + hi) / 2
+        out = rewrite(random.Random(rng.random()), text, rate)
+        j = _jaccard5(text, out)
+        if abs(j - target) < abs(best[1] - target):
+            best = (out, j)
+        if low <= j <= high and abs(j - target) < 0.03:
+            break
+        lo, hi = (rate, hi) if j > target else (lo, rate)
+    return best
+
+
+_OVERLAPS: dict[tuple[str, ...], tuple[dict[str, dict[str, int]], dict[str, int]]] = {}
+
+
+def _overlaps(articles: list[dict], common: int = 50) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Word 4-shingles shared by each pair of ``articles`` that shares any (shingles held by
+    ``common`` articles or more left out), by an inverted index, and each one's shingle count;
+    kept for the process."""
+    key = tuple(a["id"] for a in articles)
+    if key not in _OVERLAPS:
+        postings: dict[tuple[str, ...], list[str]] = {}
+        sizes = {}
+        for a in articles:
+            own = _shingles(a["text"])
+            sizes[a["id"]] = len(own)
+            for sh in own:
+                postings.setdefault(sh, []).append(a["id"])
+        pairs: dict[str, dict[str, int]] = {}
+        for ids in postings.values():
+            if 1 < len(ids) < common:
+                for x in ids:
+                    row = pairs.setdefault(x, {})
+                    for y in ids:
+                        if y != x:
+                            row[y] = row.get(y, 0) + 1
+        _OVERLAPS[key] = pairs, sizes
+    return _OVERLAPS[key]
+
+
+def make_rewrite(articles: list[dict], n: int = 150, seed: int = 1) -> tuple[list[dict], list[dict]]:
+    """Positives: the story loosely rewritten (exact word 5-gram Jaccard 0.3-0.5 with it). Negatives:
+    the unseen article of the same source nearest to it by word 4-gram Jaccard (below 0.5: the corpus
+    holds some stories twice), as it is or itself rewritten (a different story on the same subject,
+    told in the same words). Half the originals are drawn from the articles that have such a
+    neighbour at Jaccard 0.1 or more (mostly an agency's follow-up stories repeating background)."""
+    rng = random.Random(seed)
+    long = [a for a in _long(articles) if len(a["text"].split()) <= 1500]
+    overlap, size = _overlaps(long)
+    by_id = {a["id"]: a for a in long}
+
+    def nearest(a: dict, taken: set[str]) -> tuple[float, dict | None]:
+        pool = [(k / (size[a["id"]] + size[o] - k), o) for o, k in overlap.get(a["id"], {}).items()
+                if by_id[o]["source"] == a["source"] and o not in taken and by_id[o]["title"] not in taken]
+        pool = [p for p in pool if p[0] < 0.5]
+        if not pool:  # no shared shingle: any unseen article of the source
+            rest = sorted(o["id"] for o in long if o["source"] == a["source"] and o["id"] not in taken
+                          and o["title"] not in taken)
+            return (0.0, by_id[rest[0]]) if rest else (0.0, None)
+        j, o = max(pool)
+        return j, by_id[o]
+
+    order = rng.sample(long, len(long))
+    picked = []
+    for a in order:  # the first n // 2 with a close neighbour
+        if len(picked) == n // 2:
+            break
+        if nearest(a, {a["id"], a["title"]})[0] >= 0.1:
+            picked.append(a)
+    ids = {a["id"] for a in picked}
+    picked += [a for a in order if a["id"] not in ids][: n - len(picked)]
+    taken = {a["id"] for a in picked} | {a["title"] for a in picked}
+    items = []
+    for a in picked:
+        items.append((_rec(a["id"], a["text"]), {"id": a["id"], "cluster": a["id"], "kind": "original"}))
+    for i, a in enumerate(picked):
+        vid = f"{a['id']}-rewrite"
+        items.append((_rec(vid, rewritten(rng, a["text"])[0]), {"id": vid, "cluster": a["id"], "kind": "rewrite"}))
+        _, other = nearest(a, taken)
+        if other is None:
+            continue
+        taken |= {other["id"], other["title"]}
+        oid = f"{other['id']}-rewrite-other"
+        text = rewritten(rng, other["text"])[0] if i % 2 else other["text"]
+        items.append((_rec(oid, text), {"id": oid, "cluster": oid, "kind": "rewrite-other"}))
+    return _stream(items, rng)
+
 MAKERS = {"folding": make_folding, "short": make_short, "page": make_page, "excerpt": make_excerpt,
-          "template": make_template}
+          "template": make_template, "rewrite": make_rewrite}
 
 
 def make(name: str, articles: list[dict], n: int | None = None, seed: int = 1) -> tuple[list[dict], list[dict]]:
     maker = MAKERS[name]
     return maker(articles, seed=seed) if n is None else maker(articles, n, seed)
+
+
+if __name__ == "__main__":  # the rewrite class's exact word 5-gram Jaccard with the original, as percentiles
+    import statistics
+    recs, truth = make_rewrite(load_articles())
+    text = {r["id"]: r["text"] for r in recs}
+    js = sorted(_jaccard5(text[t["cluster"]], text[t["id"]]) for t in truth if t["kind"] == "rewrite")
+    print("rewrite: word 5-gram Jaccard, min / 10 / 25 / 50 / 75 / 90 % / max:",
+          " / ".join(f"{js[int(q * (len(js) - 1))]:.3f}" for q in (0, .1, .25, .5, .75, .9, 1)),
+          f"(mean {statistics.mean(js):.3f})")

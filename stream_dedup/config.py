@@ -123,12 +123,21 @@ class EngineConfig:
             "exact normalised text or by --short-text-jaccard, never by containment or SimHash (0 = no rule).")
     short_text_jaccard: float = _opt(
         0.8, "Estimated Jaccard a short text needs with a candidate (1 = exact normalised match only).")
+    headline_flags: int = _opt(
+        1, "1 = strip a leading headline flag (BREAKING:, WATCH:, UPDATE 2-, Opinion |: 1-3 flag words, see README "
+           "'Short texts') from a text that then has 3 to --short-text-words - 1 words, before fingerprinting; 0 = keep.")
     identity_threshold: float = _opt(
         0.5, "A text match is not a duplicate when, among the contexts both articles give an identity token "
              "(number, capitalised name), fewer than this share hold a same token: a look-alike report, new, "
              "with template_of (0 = no check, and no identity sketch is computed: about 35 us less per article).")
     identity_min_tokens: int = _opt(
         4, "The identity check needs at least this many contexts in common (else it does not apply).")
+    rewrite_jaccard: float = _opt(
+        0.3, "The rewrite rule (same story loosely rewritten): a candidate with estimated Jaccard at or above this "
+             "and below --jaccard-threshold is a duplicate when it also shares --rewrite-min-pairs identity pairs "
+             "(number or name with its two words before) with the new article; 0 = no rewrite rule.")
+    rewrite_min_pairs: int = _opt(
+        8, "Identity pairs (of at most 48 per sketch) a candidate of the rewrite rule must share with the new article.")
     simhash_k: int = _opt(3, "SimHash: fingerprints within this Hamming distance are near-duplicates.")
     simhash_blocks: int = _opt(5, "SimHash permuted tables: split 64 bits into this many blocks (> k).")
     simhash_min_jaccard: float = _opt(
@@ -158,7 +167,7 @@ class EngineConfig:
             errors.append("num_perm must be >= 8")
         if self.shingle_size < 1:
             errors.append("shingle_size must be >= 1")
-        for name in ("fold_diacritics", "containment_both_ways"):
+        for name in ("fold_diacritics", "containment_both_ways", "headline_flags"):
             if getattr(self, name) not in (0, 1):
                 errors.append(f"{name} must be 0 or 1")
         if self.passage_window < 0:
@@ -169,10 +178,12 @@ class EngineConfig:
             errors.append("passage_common_docs must be within [1, 1024]")
         if self.short_text_words < 0:
             errors.append("short_text_words must be >= 0")
+        if self.rewrite_min_pairs < 1:
+            errors.append("rewrite_min_pairs must be >= 1")
         if self.char_shingles < 0:
             errors.append("char_shingles must be >= 0")
         for name in ("lsh_threshold", "jaccard_threshold", "containment_threshold", "simhash_min_jaccard",
-                     "index_below_similarity", "short_text_jaccard", "identity_threshold"):
+                     "index_below_similarity", "short_text_jaccard", "identity_threshold", "rewrite_jaccard"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 errors.append(f"{name} must be within [0, 1]")
         if (self.lsh_bands > 0) != (self.lsh_rows > 0):

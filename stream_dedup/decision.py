@@ -7,7 +7,7 @@ from typing import Any
 
 __all__ = ["METHODS", "Decision"]
 
-METHODS = ("exact", "minhash", "containment", "simhash")
+METHODS = ("exact", "minhash", "containment", "simhash", "rewrite")
 
 
 # slots, not frozen: one is built per article on the hot path (frozen costs ~0.1 us per field); read-only by convention

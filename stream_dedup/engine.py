@@ -15,7 +15,9 @@ For each article (already fingerprinted):
                     |A ∩ B| / |B| (B inside a longer page A: ``earlier_in_new``), the contained
                     article having at least ``min_containment_shingles`` shingles; estimated
                     from the MinHash Jaccard, or measured on the passage anchors (the larger);
-   ``simhash``      Hamming distance <= ``simhash_k`` and Jaccard >= ``simhash_min_jaccard``.
+   ``simhash``      Hamming distance <= ``simhash_k`` and Jaccard >= ``simhash_min_jaccard``;
+   ``rewrite``      none of these, Jaccard in [``rewrite_jaccard``, ``jaccard_threshold``) and at least
+                    ``rewrite_min_pairs`` identity pairs shared (:mod:`stream_dedup.rewrite`).
    Nothing is called a duplicate on a candidate hit alone.
    **Look-alikes**: a candidate that passes but whose identity tokens (numbers, names; see
    :mod:`stream_dedup.identity`) overlap less than ``identity_threshold`` is skipped; if no other
@@ -41,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import passages
+from . import passages, rewrite
 from .batch import BatchView, Prepared, run_batch
 from .config import EngineConfig
 from .decision import METHODS, Decision  # noqa: F401  (METHODS: re-exported)
@@ -330,7 +332,7 @@ class Deduplicator:
             j = round(j_raw, 4)
             ham = hamming(fp.simhash, simhash)
             if new_short or self.is_short_text(stored_n):  # short texts: a MinHash match of its own threshold only
-                hits, cont, direction = (c.short_text_jaccard < 1.0 and j >= c.short_text_jaccard, False, False), \
+                hits, cont, direction = (c.short_text_jaccard < 1.0 and j >= c.short_text_jaccard, False, False, False), \
                     round(containment(j_raw, n, stored_n), 4), None
             else:
                 shared = passage.shared.get(found[i], 0) if passage is not None else 0
@@ -339,6 +341,9 @@ class Deduplicator:
                 cont, direction = self._containment(j_raw, n, stored_n, anchored, common)
                 hits = (j >= c.jaccard_threshold, direction is not None,
                         ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
+                hits += (not any(hits) and rewrite.in_band(j, c.rewrite_jaccard, c.jaccard_threshold)
+                         and rewrite.passes(j, fp.identity, self.index.identity(raw[i]), n, stored_n,
+                                            c.rewrite_jaccard, c.jaccard_threshold, c.rewrite_min_pairs),)
             if not any(hits):
                 continue
             if matched is not None:
@@ -359,7 +364,7 @@ class Deduplicator:
                                 template_of=self.index.ids(raw[i])[0], identity_overlap=round(agreed, 4))
             return Decision(id=article_id, type="new", candidates=len(found))
         _, i, j, cont, ham, hits, direction = best
-        methods = tuple(m for m, hit in zip(("minhash", "containment", "simhash"), hits, strict=True) if hit)
+        methods = tuple(m for m, hit in zip(METHODS[1:], hits, strict=True) if hit)
         matched_id, root_id = self.index.ids(raw[i])
         return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=j,
                         method=methods[0], hamming_distance=ham, containment=cont,

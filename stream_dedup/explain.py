@@ -4,7 +4,7 @@
 ``decision`` it reports is exactly what ``dedup`` would say about B after A, and adds the measures
 of the pair: estimated Jaccard, containment in both directions (estimated from MinHash and measured
 on passage anchors, :mod:`stream_dedup.passages`), SimHash distance, the short-text
-status, the identity agreement, and which rules pass at the given configuration.
+status, the identity agreement, the rewrite rule's evidence (:mod:`stream_dedup.rewrite`), and which rules pass at the given configuration.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from .identity import agreement
 from .minhash import containment
 from .passages import anchor_containment
 from .record import Article
+from .rewrite import MIN_LENGTH, MIN_SHARE, evidence, in_band
 from .simhash import hamming
 
 
@@ -39,6 +40,7 @@ def explain(config: EngineConfig, a: Article, b: Article) -> dict[str, Any]:
     ham = hamming(fa.simhash, fb.simhash)
     agreed = agreement(fb.identity, fa.identity, c.identity_min_tokens)
     is_short = any(short.values())
+    shared_pairs, pair_share, length = evidence(fb.identity, fa.identity, fb.n_shingles, fa.n_shingles)
     rules = {
         "exact": fa.exact == fb.exact,
         "minhash": j >= (c.short_text_jaccard if is_short else c.jaccard_threshold)
@@ -49,6 +51,8 @@ def explain(config: EngineConfig, a: Article, b: Article) -> dict[str, Any]:
         and fa.n_shingles >= max(c.min_containment_shingles, c.min_contained_earlier_shingles)
         and a_in_b >= c.containment_threshold,
         "simhash": not is_short and ham <= c.simhash_k and j >= c.simhash_min_jaccard,
+        "rewrite": not is_short and in_band(j, c.rewrite_jaccard, c.jaccard_threshold)
+        and shared_pairs >= c.rewrite_min_pairs and pair_share >= MIN_SHARE and length >= MIN_LENGTH,
         "identity disagrees (look-alike)": c.identity_threshold > 0 and agreed is not None
         and agreed < c.identity_threshold,
     }
@@ -63,5 +67,7 @@ def explain(config: EngineConfig, a: Article, b: Article) -> dict[str, Any]:
         "short_text": short,
         "identity": {"tokens_sampled": {a.id: int(fa.identity.shape[0]), b.id: int(fb.identity.shape[0])},
                      "agreement": None if agreed is None else round(agreed, 4)},
+        "rewrite": {"jaccard_band": [c.rewrite_jaccard, c.jaccard_threshold], "identity_pairs_shared": shared_pairs,
+                    "share_of_smaller_sketch": round(pair_share, 4), "length_ratio": round(length, 4)},
         "rules_passed": [name for name, hit in rules.items() if hit],
     }

@@ -24,6 +24,7 @@ from . import kernels
 from .config import EngineConfig
 from .folding import fold
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
+from .headline import strip_flag
 from .html_text import html_to_text
 from .identity import identity_pairs_reference, identity_sketch
 from .minhash import MinHasher, signature_numpy
@@ -135,12 +136,20 @@ class Fingerprinter:
     def fingerprint_text(self, text: str, is_html: bool = False) -> Fingerprint:
         if is_html:
             text = html_to_text(text)
+        text = self.unflagged(text)
         th = self.token_hashes(text)
         m = self.minhasher
         n, mins, sim = kernels.sketch(th, self.shingle_size, m._a_lo, m._a_hi, m.b)
         return Fingerprint(minhash=mins.astype(np.uint32), simhash=int(sim),  # astype keeps the low 32 bits
                            exact=exact_hash(th, self.config.seed), n_shingles=int(n),
                            identity=self._identity(text), anchors=self._anchors(th))
+
+    def unflagged(self, text: str) -> str:
+        """``text`` without a headline flag (``BREAKING:``) when it is short (:mod:`stream_dedup.headline`)."""
+        c = self.config
+        if c.headline_flags and not c.char_shingles:
+            return strip_flag(text, c.short_text_words)
+        return text
 
     def _anchors(self, token_hashes: np.ndarray) -> np.ndarray:
         """Passage anchors (:mod:`stream_dedup.passages`), none when ``passage_window`` is 0."""
@@ -159,7 +168,8 @@ class Fingerprinter:
 
     def fingerprint_reference(self, text: str, is_html: bool = False) -> Fingerprint:
         """The same fingerprint through the uncompiled reference functions (slow; for tests)."""
-        norm = self.plain_text(text, is_html)
+        text = self.unflagged(html_to_text(text) if is_html else text)
+        norm = self.plain_text(text)
         tokens = char_tokens(norm) if self.config.char_shingles else tokenize(norm)
         th = TokenHasher(self.config.seed).hashes(tokens)
         shingles = shingle_hashes(th, self.shingle_size)
@@ -167,7 +177,7 @@ class Fingerprinter:
         mins = signature_numpy(unique >> np.uint64(32), self.minhasher.a, self.minhasher.b)
         return Fingerprint(minhash=(mins & _M32).astype(np.uint32), simhash=simhash_numpy(shingles),
                            exact=exact_hash(th, self.config.seed), n_shingles=int(unique.shape[0]),
-                           identity=identity_pairs_reference(fold(html_to_text(text) if is_html else text,
+                           identity=identity_pairs_reference(fold(text,
                                                                    bool(self.config.fold_diacritics), case=False))
                            if self.config.identity_threshold > 0 else _NO_IDENTITY,
                            anchors=winnow_reference(shingles, self.config.passage_window)[:MAX_ANCHORS])

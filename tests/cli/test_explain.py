@@ -46,6 +46,15 @@ def test_explain_takes_engine_flags(tmp_path: Path, capsys) -> None:
     assert out["decision"]["type"] == "duplicate-of" and "minhash" in out["rules_passed"]
 
 
+def test_explain_shows_the_rewrite_rule(tmp_path: Path, capsys) -> None:
+    a = _write(tmp_path / "a.json", "a", STORY)
+    b = _write(tmp_path / "b.json", "b", "A completely different story about the weather in the mountains.")
+    out = _explain(capsys, a, b)
+    assert set(out["rewrite"]) == {"jaccard_band", "identity_pairs_shared", "share_of_smaller_sketch",
+                                   "length_ratio"}
+    assert out["rewrite"]["jaccard_band"] == [0.3, 0.5] and "rewrite" not in out["rules_passed"]
+
+
 @pytest.mark.parametrize("second", ["same-id", "missing", "bad"])
 def test_explain_usage_errors(tmp_path: Path, capsys, second: str) -> None:
     a = _write(tmp_path / "a.json", "a", STORY)
