@@ -128,3 +128,11 @@ def test_s_curve_holds_empirically(bands: int, rows: int) -> None:
         observed = hits / trials
         print(f"b={bands} r={rows} s={s}: observed {observed:.3f} expected {p:.3f} sigma {sigma:.4f}")
         assert abs(observed - p) <= 4 * sigma + 1.5 / trials, (s, observed, p, sigma)
+
+
+def test_the_stored_search_results_are_what_the_search_finds() -> None:
+    from stream_dedup import lsh
+    for (threshold, num_perm, fp_w, fn_w), (bands, rows) in lsh.SEARCHED.items():
+        searched = lsh._search(threshold, num_perm, fp_w, fn_w)
+        assert (searched.bands, searched.rows) == (bands, rows)
+        assert lsh.optimal_params(threshold, num_perm, fp_w, fn_w) == searched  # areas included
