@@ -39,10 +39,11 @@ __all__ = ["BatchView", "Prepared", "run_batch"]
 _UNKNOWN = object()  # a key not read yet
 
 
-def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int], Fingerprint], now: float,
+def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int], Fingerprint], nows: Sequence[float],
               checkpoints: Sequence[tuple[str, int] | None] | None,
               receipts: Sequence[bytes | None] | None) -> list[Decision]:
-    """The decisions of ``engine`` on ``ids`` in order (:meth:`Deduplicator.decide_batch`): read
+    """The decisions of ``engine`` on ``ids`` (first seen at ``nows``) in order
+    (:meth:`Deduplicator.decide_batch`): read
     the batch's ids, fingerprint the unknown ones (``fingerprint(i)``), read their exact hashes,
     then the LSH buckets of those without an exact match in the index (one multi-get each),
     decide one by one in a :class:`BatchView`, write once."""
@@ -60,7 +61,7 @@ def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int],
         view.prefetch([b"X" + p.fp.exact for p in todo])
     view.prefetch([k for p in todo if view.exact_match(p.fp.exact) is None
                    for k in p.keys(engine.banding, engine.tables)[0]])
-    decisions = [engine._decide(view, article_id, prepared[i], now, checkpoints[i] if checkpoints else None,
+    decisions = [engine._decide(view, article_id, prepared[i], nows[i], checkpoints[i] if checkpoints else None,
                                 receipts[i] if receipts else None) for i, article_id in enumerate(ids)]
     view.commit()
     return decisions

@@ -116,7 +116,8 @@ class Deduplicator:
         """:meth:`process` on each article in order, in one atomic write (see :meth:`decide_batch`)."""
         return self._batch([a.id for a in articles], lambda i: self.fingerprint(articles[i]), now, checkpoints)
 
-    def decide_batch(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None], now: float | None = None,
+    def decide_batch(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None],
+                     now: float | Sequence[float] | None = None,
                      checkpoints: Sequence[tuple[str, int] | None] | None = None,
                      receipts: Sequence[bytes | None] | None = None) -> list[Decision]:
         """:meth:`decide` on each article in order: the same decisions, a later article seeing the
@@ -124,9 +125,10 @@ class Deduplicator:
 
         ``checkpoints`` and ``receipts`` hold one entry (or None) per article. The whole batch is
         written in one atomic write with the last checkpoint: a crash leaves all of it applied or
-        none, and a batch that raises writes nothing. Every article gets the same first-seen time
-        ``now``, and the retention sweep runs (if due) once, before the batch. The fingerprint of
-        an id known before it (a replay) is not used and may be None.
+        none, and a batch that raises writes nothing. ``now`` is every article's first-seen time,
+        or one time per article (a stream's event times); the retention sweep runs (if due) once,
+        before the batch, at the first article's time. The fingerprint of an id known before it
+        (a replay) is not used and may be None.
         """
         return self._batch(list(ids), fingerprints.__getitem__, now, checkpoints, receipts)
 
@@ -152,12 +154,20 @@ class Deduplicator:
         art = self.index.article(seq) if seq is not None else None
         return None if art is None else Decision.from_stored(art.decision, art.article_id)
 
-    def _batch(self, ids: list[str], fingerprint: Callable[[int], Fingerprint], now: float | None,
+    def _batch(self, ids: list[str], fingerprint: Callable[[int], Fingerprint], now: float | Sequence[float] | None,
                checkpoints: Sequence[tuple[str, int] | None] | None,
                receipts: Sequence[bytes | None] | None = None) -> list[Decision]:
-        now = time.time() if now is None else now
-        self._maybe_evict(now)  # once per batch, before it (see decide_batch)
-        return run_batch(self, ids, fingerprint, now, checkpoints, receipts)
+        if now is None:
+            now = time.time()
+        if isinstance(now, (int, float)):
+            nows: Sequence[float] = [float(now)] * len(ids)
+        elif len(now) != len(ids):
+            raise ValueError(f"{len(now)} times for {len(ids)} articles")
+        else:
+            nows = now
+        if nows:
+            self._maybe_evict(nows[0])  # once per batch, before it (see decide_batch)
+        return run_batch(self, ids, fingerprint, nows, checkpoints, receipts)
 
     def _decide(self, view: BatchView, article_id: str, prep: Prepared | None, now: float,
                 checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> Decision:

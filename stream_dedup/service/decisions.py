@@ -488,10 +488,10 @@ class DecisionStage:
         size = int(self.service.transaction_size)
         try:
             while True:
-                for m in records:
-                    self._decide_one(m, txn.observed)
-                    txn.next_offset = m.offset() + 1
-                    txn.count += 1
+                if records:
+                    self._decide_records(records, txn.observed)
+                    txn.next_offset = records[-1].offset() + 1
+                    txn.count += len(records)
                 left = deadline - time.monotonic()
                 if txn.count >= size or left <= 0 or self._stop.is_set():
                     break
@@ -561,22 +561,93 @@ class DecisionStage:
             except BufferError:
                 producer.poll(0.05)
 
-    def _decide_one(self, m: Any, observed: list[tuple[Any, Any, float]]) -> None:
-        from stream_dedup.fingerprint import Fingerprint
+    def _decide_records(self, msgs: list[Any], observed: list[tuple[Any, Any, float]]) -> None:
+        """Answer each signature record once, in offset order, deciding runs of fresh articles in batches.
 
-        offset = m.offset()
+        A run of signature records whose input records were never answered goes to the engine's
+        batched path (:meth:`Deduplicator.decide_batch`: one multi-get per key kind, one atomic
+        write with the run's last checkpoint, each article at its own event time). Anything else
+        (a reject record, an input record decided before at this offset by a transaction that did
+        not commit) ends the run and takes the one-record path. A second copy of an input record
+        (stage 1 is at-least-once) is skipped, whether its first copy is in the index or earlier in
+        the same run.
+        """
+        run: list[tuple[Any, SignatureRecord, bytes]] = []
+        in_run: set[bytes] = set()
+        for m in msgs:
+            rec, token = self._decode(m)
+            if token in in_run:
+                self.metrics.redelivered.inc()
+                continue
+            prior = self.dedup.receipt(token)
+            if prior is not None and prior[0] != m.offset():
+                self.metrics.redelivered.inc()  # a second copy of an input record already answered
+                continue
+            if prior is None and isinstance(rec, SignatureRecord):
+                run.append((m, rec, token))
+                in_run.add(token)
+                continue
+            self._decide_run(run, observed)
+            run, in_run = [], set()
+            self._decide_one(m, observed, rec, token, prior)
+        self._decide_run(run, observed)
+
+    def _decode(self, m: Any) -> tuple[SignatureRecord | RejectRecord, bytes]:
+        """The record of signature message ``m`` (an undecodable one becomes a reject) and its receipt token."""
         try:
             rec: SignatureRecord | RejectRecord = decode_stage_record(m.value())
         except SignatureDecodeError as exc:
             rec = reject_record(reason=PROCESSING_ERROR, detail=f"bad signature record: {exc}", key=m.key(),
                                 value=m.value() or b"", headers=m.headers(), topic=self.topic, partition=0,
-                                offset=offset, timestamp_ms=m.timestamp()[1], budget=self.dlq_budget)
-        token = receipt_token(rec.source_topic, rec.source_partition, rec.source_offset)
-        prior = self.dedup.receipt(token)
-        checkpoint = (catchup.CHECKPOINT_NAME, offset)
-        if prior is not None and prior[0] != offset:
-            self.metrics.redelivered.inc()  # a second copy of an input record already answered
+                                offset=m.offset(), timestamp_ms=m.timestamp()[1], budget=self.dlq_budget)
+        return rec, receipt_token(rec.source_topic, rec.source_partition, rec.source_offset)
+
+    def _decide_run(self, run: list[tuple[Any, SignatureRecord, bytes]], observed: list[tuple[Any, Any, float]]) -> None:
+        """Decide a run of fresh signature records in one engine batch and produce their events.
+
+        If the batch raises, it wrote nothing: its records are decided one by one, so that only
+        the record that fails goes to the dead-letter topic.
+        """
+        from stream_dedup.fingerprint import Fingerprint
+
+        if not run:
             return
+        if len(run) == 1:
+            m, rec, token = run[0]
+            self._decide_one(m, observed, rec, token, None)
+            return
+        t0 = time.perf_counter()
+        try:
+            decisions = self.dedup.decide_batch(
+                [rec.article_id for _, rec, _ in run], [Fingerprint.from_bytes(rec.fingerprint) for _, rec, _ in run],
+                now=[rec.timestamp_ms / 1000.0 for _, rec, _ in run],
+                checkpoints=[(catchup.CHECKPOINT_NAME, m.offset()) for m, _, _ in run],
+                receipts=[token for _, _, token in run])
+        except Exception:  # noqa: BLE001 - isolate the record that fails
+            log.warning("a batch of %d decisions failed; deciding its records one by one", len(run), exc_info=True)
+            for m, rec, token in run:
+                self._decide_one(m, observed, rec, token, None)
+            return
+        self.decide_errors = 0
+        each = (time.perf_counter() - t0) / len(run)
+        processed_at = time.time()
+        for (_m, rec, _token), decision in zip(run, decisions, strict=True):
+            self._emit(rec, decision, processed_at)
+            observed.append((rec, decision, each + rec.engine_us / 1e6))
+        self.last_applied = run[-1][0].offset()
+
+    def _emit(self, rec: SignatureRecord, decision: Any, processed_at: float) -> None:
+        value = encode_json(output_event(decision.to_event(), rec, processed_at))
+        topic = self.service.duplicates_topic if decision.is_duplicate else self.service.new_topic
+        self._produce(topic, value, rec.article_id.encode("utf-8"))
+
+    def _decide_one(self, m: Any, observed: list[tuple[Any, Any, float]], rec: SignatureRecord | RejectRecord,
+                    token: bytes, prior: tuple[int, bool] | None) -> None:
+        """One record (not a second copy): decide it or replay its uncommitted decision, or dead-letter it."""
+        from stream_dedup.fingerprint import Fingerprint
+
+        offset = m.offset()
+        checkpoint = (catchup.CHECKPOINT_NAME, offset)
         t0 = time.perf_counter()
         if isinstance(rec, SignatureRecord):
             decision = None
@@ -601,9 +672,7 @@ class DecisionStage:
                                         timestamp_ms=rec.timestamp_ms, budget=self.dlq_budget)
             if isinstance(rec, SignatureRecord):
                 self.last_applied = offset
-                value = encode_json(output_event(decision.to_event(), rec, time.time()))
-                topic = self.service.duplicates_topic if decision.is_duplicate else self.service.new_topic
-                self._produce(topic, value, rec.article_id.encode("utf-8"))
+                self._emit(rec, decision, time.time())
                 observed.append((rec, decision, time.perf_counter() - t0 + rec.engine_us / 1e6))
                 return
         if prior is None:

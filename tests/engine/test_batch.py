@@ -102,3 +102,19 @@ def test_decide_batch_receipts_checkpoints_and_one_write(tmp_path: Path, textgen
         assert d.decide_batch([], []) == []
     with Deduplicator(EngineConfig(), tmp_path / "s") as d:  # reopened: the batch was written
         assert d.decision_of("b-trim").duplicate_of == "b"
+
+
+def test_decide_batch_keeps_each_articles_own_time(tmp_path: Path, textgen: SimpleNamespace) -> None:
+    articles = _articles(textgen)
+    with Deduplicator(EngineConfig(), tmp_path / "s") as d:
+        fps = [d.fingerprint(a) for a in articles]
+        ids = [a.id for a in articles]
+        times = [NOW + 10.0 * i for i in range(len(ids))]
+        with pytest.raises(ValueError, match="times for"):
+            d.decide_batch(ids, fps, now=times[:-1])
+        d.decide_batch(ids, fps, now=times)
+        first = {}
+        for i, article_id in enumerate(ids):
+            first.setdefault(article_id, times[i])  # a repeated id keeps its first time
+        for article_id, t in first.items():
+            assert d.index.article(d.index.seq_of(article_id)).first_seen == t

@@ -1,0 +1,120 @@
+"""The decision stage's batched path (``DecisionStage._decide_records``) against its one-record path.
+
+Real engine, real RocksDB index, real signature records made by stage 1's code from the shared
+sample; only the Kafka clients are replaced: messages are plain objects and the producer records
+what it is given (no broker is needed to compare two ways of deciding).  A second copy of an input
+record, a reject record and an undecodable signature record sit inside what would be one batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from stream_dedup.config import EngineConfig, ServiceConfig
+from stream_dedup.service import stage1
+from stream_dedup.service.catchup import CHECKPOINT_NAME
+from stream_dedup.service.decisions import DecisionStage
+from stream_dedup.service.serialization import reject_record
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "news_sample.jsonl"
+
+
+@dataclass
+class Msg:
+    _offset: int
+    _value: bytes
+    _key: bytes | None = None
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def headers(self) -> list:
+        return []
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self._offset)
+
+    def error(self) -> None:
+        return None
+
+
+class RecordingProducer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, dict]] = []
+
+    def produce(self, topic: str, value: bytes, key: bytes | None = None, headers: object = None) -> None:
+        if topic.endswith(".dlq"):  # a dead letter: the input record as it was, with its headers
+            self.sent.append((topic, key, {"value": value, "headers": headers}))
+            return
+        event = orjson.loads(value)
+        event.pop("processed_at", None)
+        self.sent.append((topic, key, event))
+
+
+def _messages(engine: EngineConfig) -> list[Msg]:
+    lines = SAMPLE.read_bytes().splitlines()[:240]
+    items = [(line, "articles", i % 3, i // 3, 1_700_000_000_000 + i * 10) for i, line in enumerate(lines)]
+    stage1.init(engine)
+    values = []
+    for (value, topic, partition, offset, ts), (kind, a, b) in zip(items, stage1.compute(items), strict=True):
+        if kind == "sig":
+            values.append((b, a.encode()))
+        else:
+            values.append((reject_record(reason=a, detail=b, key=None, value=value, headers=(), topic=topic,
+                                         partition=partition, offset=offset, timestamp_ms=ts, budget=1 << 20).encode(),
+                           None))
+    # inside one run: a second copy of the 10th input record (stage 1 sent it twice), a bad input
+    # record's reject, an undecodable signature record, and a repeated copy of the 5th again
+    values.insert(40, values[10])
+    bad = reject_record(reason="not_json", detail="Expecting value", key=b"k", value=b"{nope", headers=(),
+                        topic="articles", partition=1, offset=10_000, timestamp_ms=1, budget=1 << 20).encode()
+    values.insert(60, (bad, b"k"))
+    values.insert(90, (b"\x00garbage", b"g"))
+    values.insert(91, values[5])
+    return [Msg(i, v, k) for i, (v, k) in enumerate(values)]
+
+
+def _stage(tmp_path: Path, name: str, engine: EngineConfig) -> DecisionStage:
+    svc = ServiceConfig(bootstrap_servers="127.0.0.1:9", data_dir=str(tmp_path / name), app_id="t",
+                        input_topic="articles", dlq_topic="articles.dlq")
+    stage = DecisionStage(svc, engine)
+    stage.producer = RecordingProducer()  # type: ignore[assignment]
+    return stage
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1000])
+def test_batched_decisions_equal_one_record_at_a_time(tmp_path: Path, chunk: int) -> None:
+    engine = EngineConfig()
+    msgs = _messages(engine)
+    one, many = _stage(tmp_path, "one", engine), _stage(tmp_path, "many", engine)
+    try:
+        for m in msgs:
+            one._decide_records([m], [])
+        observed: list = []
+        for i in range(0, len(msgs), chunk):
+            many._decide_records(msgs[i:i + chunk], observed)
+        assert many.producer.sent == one.producer.sent
+        topics = [t for t, _, _ in many.producer.sent]
+        # every message answered once except the two second copies; the three bad ones dead-lettered
+        assert len(many.producer.sent) == len(msgs) - 2
+        assert topics.count(many.service.dlq_topic) >= 2  # the reject and the undecodable record
+        assert many.metrics.redelivered._value.get() == one.metrics.redelivered._value.get() == 2
+        assert many.last_applied == one.last_applied == msgs[-1].offset()
+        assert len(observed) == len(msgs) - 2
+        assert many.dedup.checkpoint(CHECKPOINT_NAME) == one.dedup.checkpoint(CHECKPOINT_NAME) == msgs[-1].offset()
+        dups = sum(t == many.service.duplicates_topic for t in topics)
+        assert dups > 10, dups  # the sample has duplicates: the comparison is not of new articles only
+    finally:
+        for s in (one, many):
+            s.dedup.close()
+            s.consumer.close()
