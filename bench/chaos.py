@@ -46,6 +46,38 @@ def f1(s: dict) -> float:
     return 2 * p * r / (p + r) if p + r else 0.0
 
 
+def decision_order(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    """Indexes (in produce order) of the input records, in the order the decision stage received
+    their signatures (first copy only): the signatures topic has one partition, so its order is
+    the order of decisions. Records were produced round-robin, so partition p offset o is record
+    o * partitions + p."""
+    from stream_dedup.service.serialization import SignatureDecodeError, decode_stage_record
+
+    order, seen = [], set()
+    for m in read_topic(bootstrap, [topic], idle=2.0):
+        try:
+            rec = decode_stage_record(m.value())
+        except SignatureDecodeError:
+            continue
+        i = rec.source_offset * partitions + rec.source_partition
+        if i not in seen:
+            seen.add(i)
+            order.append(i)
+    return order
+
+
+def late_records(order: list[int]) -> tuple[int, int]:
+    """(records decided after a record produced later than them, the largest such gap in records)."""
+    late = gap = 0
+    high = -1
+    for i in order:
+        if i < high:
+            late += 1
+            gap = max(gap, high - i)
+        high = max(high, i)
+    return late, gap
+
+
 def embedded_decisions(lines: list[bytes]) -> dict[str, dict]:
     from stream_dedup.engine import Deduplicator
     from stream_dedup.record import RecordError, parse_record
@@ -94,9 +126,13 @@ def main() -> int:
     positions: list[tuple[int, int]] = []
     done = threading.Event()
 
+    feed_start: list[float] = []
+    faults: list[tuple[float, str]] = []  # (perf_counter time, "kill" or "freeze")
+
     def feed() -> None:
         p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": True})
         t0 = time.perf_counter()
+        feed_start.append(t0)
 
         def report(err, msg) -> None:
             if err is None:
@@ -125,6 +161,7 @@ def main() -> int:
         for cycle in range(args.cycles):
             time.sleep(rnd.uniform(0.5, 1.5) * gap)
             if broker_pid and cycle % 5 == 4:
+                faults.append((time.perf_counter(), "freeze"))
                 os.kill(broker_pid, signal.SIGSTOP)
                 time.sleep(args.freeze_seconds)
                 os.kill(broker_pid, signal.SIGCONT)
@@ -133,6 +170,7 @@ def main() -> int:
                 worker.wait_ready(timeout=300)
                 recoveries.append(time.monotonic() - t0)
                 continue
+            faults.append((time.perf_counter(), "kill"))
             worker.proc.send_signal(signal.SIGKILL)
             worker.proc.wait(30)
             worker.log.close()
@@ -147,6 +185,7 @@ def main() -> int:
         first: dict[str, dict] = {}
         for m in read_topic(bootstrap, [f"{prefix}.new", f"{prefix}.dup"], idle=2.0):
             first.setdefault(m.key().decode(), json.loads(m.value()))
+        order = decision_order(bootstrap, f"{prefix}.sig", args.partitions)
     except SystemExit:
         print(f"the worker did not become ready again; the last lines of {worker.log.name}:")
         print("\n".join(Path(worker.log.name).read_text(errors="replace").splitlines()[-40:]))
@@ -161,6 +200,9 @@ def main() -> int:
 
     embedded = score([], truth, embedded_decisions(lines))
     served = score([], truth, first)
+    # the embedded engine on the worker's decision order: what the order alone costs
+    replayed = score([], truth, embedded_decisions([records[i][1] for i in order if i < len(records)]))
+    late, gap = late_records(order)
     print()
     print("| measure | value |")
     print("| --- | --- |")
@@ -172,6 +214,21 @@ def main() -> int:
     print(f"| worker F1 (first event per article) | {f1(served):.4f} (P {served['precision']:.4f}, "
           f"R {served['recall']:.4f}) |")
     print(f"| embedded F1 (file order) | {f1(embedded):.4f} |")
+    print(f"| embedded F1 (the worker's decision order) | {f1(replayed):.4f} |")
+    print(f"| records decided after a later-produced one / largest gap (records) | {late:,} / {gap:,} |")
+    if late and feed_start:
+        # which fault each late record follows (record i was produced at feed start + i / rate)
+        by_fault: dict[str, int] = {}
+        high = -1
+        for i in order:
+            if i < high:
+                at = feed_start[0] + i / args.rate
+                before = [f"{kind} {n + 1}" for n, (t, kind) in enumerate(faults) if t <= at + 5.0]
+                key = before[-1] if before else "before any fault"
+                by_fault[key] = by_fault.get(key, 0) + 1
+            high = max(high, i)
+        print("  late records by the fault they follow (within 5 s):",
+              ", ".join(f"{k}: {v}" for k, v in by_fault.items()))
     for example in report.examples[:10]:
         print("  ", example)
     return 0 if (report.lost, report.doubled, report.contradictory) == (0, 0, 0) else 1

@@ -243,7 +243,8 @@ class ServiceConfig:
         "once instead of after --session-timeout; empty = one generated and kept in <data-dir>/instance-id.")
     order_wait: float = _opt(
         0.3, "Worker: longest stage 1 holds a record to merge its input partitions in timestamp order while "
-        "another partition has records still to come (0 = no reordering).")
+        "another partition has records still to come, or, for a record older than this (a backlog), while "
+        "another partition has none (0 = no reordering).")
     transaction_size: int = _opt(
         1000, "Worker: most signature records the decision stage decides in one Kafka transaction (fewer "
         "when fewer are waiting: a transaction never waits for more than --batch-wait).")

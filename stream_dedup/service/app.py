@@ -332,6 +332,13 @@ class DedupWorker:
     async def _on_assigned(self, app: Any = None, assigned: Any = None, **kwargs: Any) -> None:
         assigned = set(assigned or ())
         self.first_assignment = True
+        # the merge must know every owned partition before the first fetch returns: a partition
+        # it does not know cannot hold the others back, so after a restart the first partition
+        # fetched would go out whole before the others' older records (the timer's next look at
+        # the assignment comes up to ORDER_INTERVAL later, after a broker round trip)
+        owned = {tp for tp in assigned if tp.topic == self.service.input_topic}
+        self._owned = sorted(owned)
+        self.order.forget(owned)
         log.info("assigned %d input partitions%s", len(assigned),
                  "" if assigned else ": standby (more workers than partitions)")
 

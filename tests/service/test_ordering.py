@@ -28,11 +28,24 @@ def test_merges_partitions_by_timestamp_when_every_partition_has_a_head():
     assert buf.release([0, 1], never_caught_up) == ["a1"]
 
 
-def test_a_caught_up_partition_does_not_hold_the_others():
-    buf = OrderBuffer(0.3, Clock())
+def test_a_caught_up_partition_does_not_hold_live_records():
+    buf = OrderBuffer(0.3, Clock(), wall=lambda: 0.05)  # the records (10, 11 ms) are 40 ms old: live
     buf.add([(0, 7, 10, "a7"), (0, 8, 11, "a8")])
     assert buf.release([0, 1], never_caught_up) == []          # partition 1 may still send earlier records
     assert buf.release([0, 1], lambda part, last: part == 1) == ["a7", "a8"]
+
+
+def test_in_a_backlog_a_caught_up_partition_holds_older_records_until_the_wait():
+    """After an outage the producer may still be delivering the caught-up partition's records."""
+    clock = Clock()
+    buf = OrderBuffer(0.3, clock, wall=lambda: 20.0)  # the records are ~20 s old: a backlog
+    buf.add([(0, 7, 10, "a7"), (0, 8, 11, "a8")])
+    caught_up = lambda part, last: part == 1  # noqa: E731
+    assert buf.release([0, 1], caught_up) == []
+    buf.add([(1, 3, 5, "b3")])                                 # partition 1's older record arrives
+    assert buf.release([0, 1], caught_up) == ["b3"]            # ...and goes first; then it holds again
+    clock.now = 0.31
+    assert buf.release([0, 1], caught_up) == ["a7", "a8"]      # not longer than the wait
 
 
 def test_the_wait_bounds_how_long_a_silent_partition_holds_the_others():
