@@ -25,7 +25,6 @@ from .config import EngineConfig
 from .folding import fold
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
 from .headline import strip_flag
-from .html_text import html_to_text
 from .identity import identity_pairs_reference, identity_sketch
 from .minhash import MinHasher, signature_numpy
 from .passages import MAX_ANCHORS, NO_ANCHORS, winnow, winnow_reference
@@ -41,6 +40,14 @@ _HEADER = struct.Struct(">BHQI16s")  # version, num_perm, simhash, n_shingles, e
 _COUNT = struct.Struct(">H")          # identity sketch length (after the signature), then uint32 BE each
 _M32 = np.uint64(0xFFFFFFFF)
 _NO_IDENTITY = np.zeros(0, dtype=np.uint32)
+
+
+def html_to_text(html: str) -> str:
+    """:func:`stream_dedup.html_text.html_to_text`, imported on first use: lxml and ``html.parser``
+    (~15 ms of start-up) are loaded only by a run that has HTML input."""
+    from .html_text import html_to_text as extract
+
+    return extract(html)
 
 
 # slots, not frozen: one is built per article on the hot path (frozen costs ~0.1 us per field); read-only by convention

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import cache
 
 import numpy as np
 
@@ -41,8 +42,13 @@ _NO_BOUNDARY = (
     "\u3040-\u30ff\u3100-\u312f\u31a0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
     "\uff66-\uff9f\U00020000-\U0003134f"
 )
-_HAS_NO_BOUNDARY = re.compile(f"[{_NO_BOUNDARY}]")
-_SPLIT_NO_BOUNDARY = re.compile(f"[{_NO_BOUNDARY}]|[^{_NO_BOUNDARY}]+")
+
+
+@cache
+def _no_boundary() -> tuple[re.Pattern, re.Pattern]:
+    """(any no-boundary character, split into those characters and the runs between them): compiled
+    on first use, since only non-ASCII text needs them (their large classes take ~20 ms to compile)."""
+    return re.compile(f"[{_NO_BOUNDARY}]"), re.compile(f"[{_NO_BOUNDARY}]|[^{_NO_BOUNDARY}]+")
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
@@ -61,7 +67,7 @@ def blank_non_word(normalized: str) -> str:
 
 
 def has_no_boundary_script(text: str) -> bool:
-    return _HAS_NO_BOUNDARY.search(text) is not None
+    return not text.isascii() and _no_boundary()[0].search(text) is not None
 
 
 def normalize(text: str) -> str:
@@ -78,11 +84,12 @@ def tokenize(normalized: str) -> list[bytes]:
     if normalized.isascii():
         return normalized.encode("ascii").translate(_ASCII_TO_SPACE).split()
     words = _WORD.findall(normalized)
-    if _HAS_NO_BOUNDARY.search(normalized):
+    has_no_boundary, split_no_boundary = _no_boundary()
+    if has_no_boundary.search(normalized):
         split: list[str] = []
         for tok in words:
-            if _HAS_NO_BOUNDARY.search(tok):
-                split.extend(_SPLIT_NO_BOUNDARY.findall(tok))
+            if has_no_boundary.search(tok):
+                split.extend(split_no_boundary.findall(tok))
             else:
                 split.append(tok)
         words = split
@@ -99,7 +106,8 @@ def char_tokens(normalized: str) -> list[bytes]:
 
 # Common non-ASCII punctuation of news text. Each is kept only if blanking it to a space cannot
 # change the tokens: its NFKC form and the casefold of that hold no word character, and NFKC
-# neither composes it with an ASCII neighbour nor decomposes it into one (checked at import).
+# neither composes it with an ASCII neighbour nor decomposes it into one. The check (_blank_equivalent,
+# ~10,000 NFKC calls) ran at every import; its answer is stored in COMMON_NON_WORD and a test re-runs it.
 _COMMON_NON_WORD_CANDIDATES = (
     "\u00a0\u2010\u2011\u2012\u2013\u2014\u2015\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u2026\u2022"
     "\u00ab\u00bb\u00b7\u2032\u2033\u2039\u203a\ufffd\u00a9\u00ae\u00b0\u20ac\u00a3\u00a7\u00b6\u2122"
@@ -116,7 +124,12 @@ def _blank_equivalent(ch: str) -> bool:
                for a in map(chr, range(128)))
 
 
-COMMON_NON_WORD = tuple(ch for ch in _COMMON_NON_WORD_CANDIDATES if _blank_equivalent(ch))
+#: the candidates that pass :func:`_blank_equivalent` (all but U+2122 ™, U+00BD ½, U+00BC ¼, U+00B2 ²)
+COMMON_NON_WORD = tuple(
+    "\u00a0\u2010\u2011\u2012\u2013\u2014\u2015\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u2026\u2022"
+    "\u00ab\u00bb\u00b7\u2032\u2033\u2039\u203a\ufffd\u00a9\u00ae\u00b0\u20ac\u00a3\u00a7\u00b6"
+    "\u2009\u200a\u202f\u2002\u2003\u3000"
+)
 #: ``COMMON_NON_WORD_TABLE[ord(ch)]`` for every character of the Basic Multilingual Plane
 COMMON_NON_WORD_TABLE = np.zeros(0x10000, dtype=np.bool_)
 COMMON_NON_WORD_TABLE[[ord(ch) for ch in COMMON_NON_WORD]] = True

@@ -127,3 +127,12 @@ def test_fingerprinter_token_hashes_equal_tokenize(text: str) -> None:
     got = FINGERPRINTER.token_hashes(text)
     expected = TokenHasher(1).hashes(tokenize(fold(text)))
     assert np.array_equal(got, expected)
+
+
+def test_stored_common_non_word_is_what_the_check_gives() -> None:
+    """COMMON_NON_WORD is stored (the check cost ~3 ms of every start); re-run the check and compare,
+    so a change of the candidates or of Python's Unicode tables shows here."""
+    from stream_dedup.text import _COMMON_NON_WORD_CANDIDATES, COMMON_NON_WORD, _blank_equivalent
+
+    assert COMMON_NON_WORD == tuple(ch for ch in _COMMON_NON_WORD_CANDIDATES if _blank_equivalent(ch))
+
