@@ -43,9 +43,23 @@ while who whom why will with would you your yours year years new one two told"""
 
 
 def stop_hashes(token_hashes) -> np.ndarray:
-    """The sorted token hashes of :data:`STOP_WORDS` (``token_hashes``: text -> uint64 hashes, the
-    fingerprint's own tokeniser and seed)."""
-    return np.unique(token_hashes(" ".join(STOP_WORDS))).astype(np.uint64)
+    """The token hashes of :data:`STOP_WORDS` as :func:`stop_table` lays them out (``token_hashes``:
+    text -> uint64 hashes, the fingerprint's own tokeniser and seed)."""
+    return stop_table(np.unique(token_hashes(" ".join(STOP_WORDS))).astype(np.uint64))
+
+
+def stop_table(hashes: np.ndarray, slots: int = 1024) -> np.ndarray:
+    """An open-addressing table of ``hashes`` (nonzero): slot ``h & (slots - 1)``, linear probing, 0
+    = empty; the kernel's stop-word lookup (one probe for most tokens, where a binary search took eight)."""
+    while slots < 2 * len(hashes):
+        slots *= 2
+    table = np.zeros(slots, dtype=np.uint64)
+    for h in np.unique(hashes).tolist():
+        i = h & (slots - 1)
+        while table[i]:
+            i = (i + 1) & (slots - 1)
+        table[i] = h
+    return table
 
 
 def word_bitmap(token_hashes: np.ndarray, stop: np.ndarray) -> bytes:
@@ -59,7 +73,7 @@ def word_bitmap_reference(token_hashes: np.ndarray, stop: np.ndarray) -> bytes:
     """:func:`word_bitmap` with numpy (the kernel's twin, for tests)."""
     if not token_hashes.shape[0]:
         return NO_WORDS
-    kept = token_hashes[~np.isin(token_hashes, stop)]
+    kept = token_hashes[~np.isin(token_hashes, stop[stop != 0])]
     bits = np.zeros(WORD_BITS, dtype=np.uint8)
     bits[(kept >> np.uint64(WORD_SHIFT)).astype(np.int64)] = 1
     return np.packbits(bits, bitorder="little").tobytes()
