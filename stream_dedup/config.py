@@ -134,10 +134,15 @@ class EngineConfig:
         4, "The identity check needs at least this many contexts in common (else it does not apply).")
     rewrite_jaccard: float = _opt(
         0.3, "The rewrite rule (same story loosely rewritten): a candidate with estimated Jaccard at or above this "
-             "and below --jaccard-threshold is a duplicate when it also shares --rewrite-min-pairs identity pairs "
-             "(number or name with its two words before) with the new article; 0 = no rewrite rule.")
+             "and below --jaccard-threshold, of about the same length, is a duplicate when its content words agree "
+             "(--rewrite-word-jaccard; else its identity pairs, --rewrite-min-pairs); 0 = no rewrite rule.")
+    rewrite_word_jaccard: float = _opt(
+        0.75, "The rewrite rule's second signal: a candidate in its band is a duplicate when the content-word set "
+              "Jaccard estimated from the 64-byte word bitmaps is at least this (0 = identity pairs instead, "
+              "and no bitmap is computed or stored).")
     rewrite_min_pairs: int = _opt(
-        8, "Identity pairs (of at most 48 per sketch) a candidate of the rewrite rule must share with the new article.")
+        8, "Identity pairs (of at most 48 per sketch) a candidate of the rewrite rule must share with the new article "
+           "(and 70 per cent of the smaller sketch) when the word bitmaps cannot be compared.")
     simhash_k: int = _opt(3, "SimHash: fingerprints within this Hamming distance are near-duplicates.")
     simhash_blocks: int = _opt(5, "SimHash permuted tables: split 64 bits into this many blocks (> k).")
     simhash_min_jaccard: float = _opt(
@@ -183,7 +188,8 @@ class EngineConfig:
         if self.char_shingles < 0:
             errors.append("char_shingles must be >= 0")
         for name in ("lsh_threshold", "jaccard_threshold", "containment_threshold", "simhash_min_jaccard",
-                     "index_below_similarity", "short_text_jaccard", "identity_threshold", "rewrite_jaccard"):
+                     "index_below_similarity", "short_text_jaccard", "identity_threshold", "rewrite_jaccard",
+                     "rewrite_word_jaccard"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 errors.append(f"{name} must be within [0, 1]")
         if (self.lsh_bands > 0) != (self.lsh_rows > 0):

@@ -16,8 +16,9 @@ For each article (already fingerprinted):
                     article having at least ``min_containment_shingles`` shingles; estimated
                     from the MinHash Jaccard, or measured on the passage anchors (the larger);
    ``simhash``      Hamming distance <= ``simhash_k`` and Jaccard >= ``simhash_min_jaccard``;
-   ``rewrite``      none of these, Jaccard in [``rewrite_jaccard``, ``jaccard_threshold``) and at least
-                    ``rewrite_min_pairs`` identity pairs shared (:mod:`stream_dedup.rewrite`).
+   ``rewrite``      none of these, Jaccard in [``rewrite_jaccard``, ``jaccard_threshold``), about the same
+                    length, and content-word set Jaccard >= ``rewrite_word_jaccard`` (estimated from the
+                    stored word bitmaps; else identity pairs shared) (:mod:`stream_dedup.rewrite`).
    Nothing is called a duplicate on a candidate hit alone.
    **Look-alikes**: a candidate that passes but whose identity tokens (numbers, names; see
    :mod:`stream_dedup.identity`) overlap less than ``identity_threshold`` is skipped; if no other
@@ -212,6 +213,7 @@ class Deduplicator:
                     bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
                     index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint,
                     receipt=receipt, identity=fp.identity, anchors=fp.anchors.shape[0],
+                    words=fp.words if self._adds_to_index(decision, has_shingles) else rewrite.NO_WORDS,
                     postings=self._postings(view, passage, matched, decision, has_shingles))
         return decision
 
@@ -353,7 +355,8 @@ class Deduplicator:
                         ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
                 hits += (not any(hits) and rewrite.in_band(j, c.rewrite_jaccard, c.jaccard_threshold)
                          and rewrite.passes(j, fp.identity, self.index.identity(raw[i]), n, stored_n,
-                                            c.rewrite_jaccard, c.jaccard_threshold, c.rewrite_min_pairs),)
+                                            c.rewrite_jaccard, c.jaccard_threshold, c.rewrite_min_pairs,
+                                            fp.words, self.index.words(raw[i]), c.rewrite_word_jaccard),)
             if not any(hits):
                 continue
             if matched is not None:

@@ -18,7 +18,7 @@ from .identity import agreement
 from .minhash import containment
 from .passages import anchor_containment
 from .record import Article
-from .rewrite import MIN_LENGTH, MIN_SHARE, evidence, in_band
+from .rewrite import MIN_LENGTH, MIN_SHARE, evidence, in_band, word_jaccard
 from .simhash import hamming
 
 
@@ -41,6 +41,9 @@ def explain(config: EngineConfig, a: Article, b: Article) -> dict[str, Any]:
     agreed = agreement(fb.identity, fa.identity, c.identity_min_tokens)
     is_short = any(short.values())
     shared_pairs, pair_share, length = evidence(fb.identity, fa.identity, fb.n_shingles, fa.n_shingles)
+    words = word_jaccard(fb.words, fa.words) if c.rewrite_word_jaccard > 0 else None
+    second = words >= c.rewrite_word_jaccard if words is not None \
+        else shared_pairs >= c.rewrite_min_pairs and pair_share >= MIN_SHARE
     rules = {
         "exact": fa.exact == fb.exact,
         "minhash": j >= (c.short_text_jaccard if is_short else c.jaccard_threshold)
@@ -52,7 +55,7 @@ def explain(config: EngineConfig, a: Article, b: Article) -> dict[str, Any]:
         and a_in_b >= c.containment_threshold,
         "simhash": not is_short and ham <= c.simhash_k and j >= c.simhash_min_jaccard,
         "rewrite": not is_short and in_band(j, c.rewrite_jaccard, c.jaccard_threshold)
-        and shared_pairs >= c.rewrite_min_pairs and pair_share >= MIN_SHARE and length >= MIN_LENGTH,
+        and second and length >= MIN_LENGTH,
         "identity disagrees (look-alike)": c.identity_threshold > 0 and agreed is not None
         and agreed < c.identity_threshold,
     }
@@ -68,6 +71,7 @@ def explain(config: EngineConfig, a: Article, b: Article) -> dict[str, Any]:
         "identity": {"tokens_sampled": {a.id: int(fa.identity.shape[0]), b.id: int(fb.identity.shape[0])},
                      "agreement": None if agreed is None else round(agreed, 4)},
         "rewrite": {"jaccard_band": [c.rewrite_jaccard, c.jaccard_threshold], "identity_pairs_shared": shared_pairs,
-                    "share_of_smaller_sketch": round(pair_share, 4), "length_ratio": round(length, 4)},
+                    "share_of_smaller_sketch": round(pair_share, 4), "length_ratio": round(length, 4),
+                    "word_jaccard": None if words is None else round(words, 4)},
         "rules_passed": [name for name, hit in rules.items() if hit],
     }

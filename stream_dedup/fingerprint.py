@@ -2,8 +2,8 @@
 
 text -> (HTML extraction) -> folding (:mod:`stream_dedup.folding`) -> tokens -> token hashes -> word k-shingle hashes
 -> MinHash signature (uint32[num_perm]), 64-bit SimHash, 128-bit exact hash, distinct shingle count,
-passage anchors (:mod:`stream_dedup.passages`); and from the unfolded text, the identity sketch
-(:mod:`stream_dedup.identity`).
+passage anchors (:mod:`stream_dedup.passages`), the content-word bitmap (:mod:`stream_dedup.rewrite`);
+and from the unfolded text, the identity sketch (:mod:`stream_dedup.identity`).
 
 :class:`Fingerprint` has a compact, versioned byte form (:meth:`Fingerprint.to_bytes`) so a
 fingerprint computed on one worker can be decided on by another.
@@ -29,13 +29,15 @@ from .identity import identity_pairs_reference, identity_sketch
 from .minhash import MinHasher, signature_numpy
 from .passages import MAX_ANCHORS, NO_ANCHORS, winnow, winnow_reference
 from .record import Article
+from .rewrite import NO_WORDS, stop_hashes, word_bitmap, word_bitmap_reference
 from .simhash import simhash_numpy
 from .text import ascii_equivalent, blank_non_word, char_tokens, has_no_boundary_script, tokenize
 
 # 2: text folding (stream_dedup.folding) and Hangul per character, and the identity sketch after
 # the signature; a version-1 fingerprint was computed from other tokens, so it is refused.
 # 3: passage anchors (u16 count, then uint64 BE each) after the identity sketch
-_WIRE_VERSION = 3
+# 4: the content-word bitmap (u16 length, then its bytes) after the passage anchors
+_WIRE_VERSION = 4
 _HEADER = struct.Struct(">BHQI16s")  # version, num_perm, simhash, n_shingles, exact hash
 _COUNT = struct.Struct(">H")          # identity sketch length (after the signature), then uint32 BE each
 _M32 = np.uint64(0xFFFFFFFF)
@@ -59,12 +61,13 @@ class Fingerprint:
     n_shingles: int          # number of distinct shingles (set size, for containment)
     identity: np.ndarray = field(default_factory=lambda: _NO_IDENTITY)  # sorted uint32 (stream_dedup.identity)
     anchors: np.ndarray = field(default_factory=lambda: NO_ANCHORS)     # sorted uint64 (stream_dedup.passages)
+    words: bytes = NO_WORDS  # content-word bitmap (stream_dedup.rewrite), empty when not computed
 
     def to_bytes(self) -> bytes:
         return b"".join((_HEADER.pack(_WIRE_VERSION, self.minhash.shape[0], self.simhash, self.n_shingles, self.exact),
                          self.minhash.astype(">u4").tobytes(), _COUNT.pack(self.identity.shape[0]),
                          self.identity.astype(">u4").tobytes(), _COUNT.pack(self.anchors.shape[0]),
-                         self.anchors.astype(">u8").tobytes()))
+                         self.anchors.astype(">u8").tobytes(), _COUNT.pack(len(self.words)), self.words))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Fingerprint:
@@ -83,17 +86,22 @@ class Fingerprint:
         if len(data) < anchors_at + _COUNT.size:
             raise ValueError(f"fingerprint has {len(data)} bytes, expected at least {anchors_at + _COUNT.size}")
         (a,) = _COUNT.unpack_from(data, anchors_at)
-        if len(data) != anchors_at + _COUNT.size + 8 * a:
-            raise ValueError(f"fingerprint has {len(data)} bytes, expected {anchors_at + _COUNT.size + 8 * a}")
+        words_at = anchors_at + _COUNT.size + 8 * a
+        if len(data) < words_at + _COUNT.size:
+            raise ValueError(f"fingerprint has {len(data)} bytes, expected at least {words_at + _COUNT.size}")
+        (w,) = _COUNT.unpack_from(data, words_at)
+        if len(data) != words_at + _COUNT.size + w:
+            raise ValueError(f"fingerprint has {len(data)} bytes, expected {words_at + _COUNT.size + w}")
         sig = np.frombuffer(data, dtype=">u4", count=num_perm, offset=_HEADER.size).astype(np.uint32)
         identity = np.frombuffer(data, dtype=">u4", count=k, offset=sig_end + _COUNT.size).astype(np.uint32)
         anchors = np.frombuffer(data, dtype=">u8", count=a, offset=anchors_at + _COUNT.size).astype(np.uint64)
-        return cls(sig, sim, exact, n, identity, anchors)
+        return cls(sig, sim, exact, n, identity, anchors, bytes(data[words_at + _COUNT.size:]))
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Fingerprint) and self.simhash == other.simhash and self.exact == other.exact
                 and self.n_shingles == other.n_shingles and np.array_equal(self.minhash, other.minhash)
-                and np.array_equal(self.identity, other.identity) and np.array_equal(self.anchors, other.anchors))
+                and np.array_equal(self.identity, other.identity) and np.array_equal(self.anchors, other.anchors)
+                and self.words == other.words)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -105,6 +113,7 @@ class Fingerprinter:
         self.config = config
         self.tokens = TokenHasher(config.seed)
         self.minhasher = MinHasher(config.num_perm, config.seed)
+        self.stop = stop_hashes(self.token_hashes)
 
     def plain_text(self, text: str, is_html: bool = False) -> str:
         """The folded text that is tokenised (:func:`stream_dedup.folding.fold`)."""
@@ -149,7 +158,7 @@ class Fingerprinter:
         n, mins, sim = kernels.sketch(th, self.shingle_size, m._a_lo, m._a_hi, m.b)
         return Fingerprint(minhash=mins.astype(np.uint32), simhash=int(sim),  # astype keeps the low 32 bits
                            exact=exact_hash(th, self.config.seed), n_shingles=int(n),
-                           identity=self._identity(text), anchors=self._anchors(th))
+                           identity=self._identity(text), anchors=self._anchors(th), words=self._words(th))
 
     def unflagged(self, text: str) -> str:
         """``text`` without a headline flag (``BREAKING:``) when it is short (:mod:`stream_dedup.headline`)."""
@@ -163,6 +172,16 @@ class Fingerprinter:
         if self.config.passage_window > 0:
             return winnow(token_hashes, self.shingle_size, self.config.passage_window)[:MAX_ANCHORS]
         return NO_ANCHORS
+
+    @property
+    def keeps_words(self) -> bool:
+        """Whether the content-word bitmap is computed: for word tokens, with the rewrite rule on."""
+        c = self.config
+        return not c.char_shingles and c.rewrite_jaccard > 0 and c.rewrite_word_jaccard > 0
+
+    def _words(self, token_hashes: np.ndarray) -> bytes:
+        """The content-word bitmap (:mod:`stream_dedup.rewrite`), empty when it is not used."""
+        return word_bitmap(token_hashes, self.stop) if self.keeps_words else NO_WORDS
 
     def _identity(self, text: str) -> np.ndarray:
         """The identity sketch, or an empty one when the identity check is off (it costs ~35 us)."""
@@ -187,4 +206,5 @@ class Fingerprinter:
                            identity=identity_pairs_reference(fold(text,
                                                                    bool(self.config.fold_diacritics), case=False))
                            if self.config.identity_threshold > 0 else _NO_IDENTITY,
-                           anchors=winnow_reference(shingles, self.config.passage_window)[:MAX_ANCHORS])
+                           anchors=winnow_reference(shingles, self.config.passage_window)[:MAX_ANCHORS],
+                           words=word_bitmap_reference(th, self.stop) if self.keeps_words else NO_WORDS)

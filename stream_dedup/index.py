@@ -64,6 +64,7 @@ from .index_record import (
     StoredArticle,
     _pack_record,
     _record_identity,
+    _record_words,
     _record_ids,
     _unpack_record,
     stored_signature,
@@ -80,8 +81,9 @@ _MAX_SEQ = 2**32 - 1                  # seqs are never reused (retention include
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
 # 5: 16-bit signature rows and LSH bucket keys, 4-byte bucket members, records hold the identity
 # sketch, ordered delivery receipts in their own family (3: 32-bit rows, 8-byte members);
-# 6: passage anchors (posting lists, D deletion lists, anchor count in the record)
-_SCHEMA = 6
+# 6: passage anchors (posting lists, D deletion lists, anchor count in the record);
+# 7: records hold the content-word bitmap of the rewrite rule (stream_dedup.rewrite)
+_SCHEMA = 7
 _POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
 DEFAULT = "default"  # the family of the state, checkpoints and settings
 Entry = tuple[str, bytes, bytes]  # a write: (family, key, value)
@@ -254,6 +256,10 @@ class Index:
         """The identity sketch of a raw record (see :mod:`stream_dedup.identity`)."""
         return _record_identity(value, self.num_perm)
 
+    def words(self, value: bytes) -> bytes:
+        """The content-word bitmap of a raw record (see :mod:`stream_dedup.rewrite`)."""
+        return _record_words(value, self.num_perm)
+
     def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
                max_distance: int = 64, buckets: list[bytes | None] | None = None) -> Lookup:
         """Members of the signature's LSH buckets, and every SimHash within ``max_distance`` bits.
@@ -325,7 +331,7 @@ class Index:
     def article_entries(self, seq: int, *, article_id: str, first_seen: float, simhash: int, n_shingles: int,
                         exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list,
                         bucket_keys: list[bytes], buckets: list[bytes | None], permuted: list[int],
-                        index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0,
+                        index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
                         postings: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")) -> list[Entry]:
         """The ``(family, key, value)`` writes that index article ``seq``.
 
@@ -337,7 +343,7 @@ class Index:
         s8 = _u64(seq)
         out: list[Entry] = [
             (_POINTS, b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
-                                              article_id, root_id, decision, identity, anchors)),
+                                              article_id, root_id, decision, identity, anchors, words)),
             (_POINTS, self._cached_id_key(article_id), s8),
             (_TIME, _u64(int(first_seen * 1000)) + s8, b"")]
         if index_sketches:

@@ -4,8 +4,10 @@ A record packs, big-endian: first-seen time (f64), SimHash (u64), set size (u32)
 exact hash (16 bytes), the MinHash signature as the index keeps it (the low ``SIGNATURE_BITS`` = 16
 bits of each row, :func:`stored_signature`), the UTF-8 lengths of the article id and its cluster
 root id, the length of the identity sketch and the number of passage anchors of the article
-(:mod:`stream_dedup.passages`, capped at 65,535) (u16 each), both ids, the identity sketch (uint32 BE,
-:mod:`stream_dedup.identity`), and the decision first returned for the article as JSON.
+(:mod:`stream_dedup.passages`, capped at 65,535) (u16 each), the length of the content-word bitmap
+(u8), both ids, the identity sketch (uint32 BE, :mod:`stream_dedup.identity`), the content-word
+bitmap (:mod:`stream_dedup.rewrite`: 64 bytes, none for exact duplicates and empty texts), and the
+decision first returned for the article as JSON.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import orjson
 __all__ = ["FLAG_INDEXED", "NO_IDENTITY", "SIGNATURE_BITS", "StoredArticle", "stored_signature"]
 
 _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
-_LENGTHS = struct.Struct(">HHHH")    # UTF-8 lengths of the ids, identity sketch length, passage anchors
+_LENGTHS = struct.Struct(">HHHHB")   # UTF-8 lengths of the ids, identity sketch length, passage anchors, words
 FLAG_INDEXED = 1  # the record has B/S/X entries (exact duplicates and empty texts do not)
 SIGNATURE_BITS = 16     # bits kept of each MinHash row in the index (b-bit minwise hashing)
 _SIG_DTYPE = np.dtype(">u2")
@@ -49,31 +51,39 @@ NO_IDENTITY = np.zeros(0, dtype=np.uint32)
 
 def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes,
                  minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list,
-                 identity: np.ndarray = NO_IDENTITY, anchors: int = 0) -> bytes:
+                 identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"") -> bytes:
     aid = article_id.encode("utf-8", "surrogatepass")
     rid = root_id.encode("utf-8", "surrogatepass")
     return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
                      stored_signature(minhash).tobytes(),
-                     _LENGTHS.pack(len(aid), len(rid), identity.shape[0], min(anchors, 0xFFFF)), aid, rid,
-                     identity.astype(">u4", copy=False).tobytes(), orjson.dumps(decision)))
+                     _LENGTHS.pack(len(aid), len(rid), identity.shape[0], min(anchors, 0xFFFF), len(words)), aid, rid,
+                     identity.astype(">u4", copy=False).tobytes(), words, orjson.dumps(decision)))
 
 
 def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
     """(article id, cluster root id, offset of the decision JSON) of a packed record."""
     pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
-    id_len, root_len, k, _ = _LENGTHS.unpack_from(value, pos)
+    id_len, root_len, k, _, w = _LENGTHS.unpack_from(value, pos)
     pos += _LENGTHS.size
     end = pos + id_len + root_len
     return (value[pos:pos + id_len].decode("utf-8", "surrogatepass"),
-            value[pos + id_len:end].decode("utf-8", "surrogatepass"), end + 4 * k)
+            value[pos + id_len:end].decode("utf-8", "surrogatepass"), end + 4 * k + w)
 
 
 def _record_identity(value: bytes, num_perm: int) -> np.ndarray:
     """The identity sketch (sorted uint32) of a packed record."""
     pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
-    id_len, root_len, k, _ = _LENGTHS.unpack_from(value, pos)
+    id_len, root_len, k, _, _ = _LENGTHS.unpack_from(value, pos)
     start = pos + _LENGTHS.size + id_len + root_len
     return np.frombuffer(value, dtype=">u4", count=k, offset=start).astype(np.uint32)
+
+
+def _record_words(value: bytes, num_perm: int) -> bytes:
+    """The content-word bitmap of a packed record (empty if it has none)."""
+    pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
+    id_len, root_len, k, _, w = _LENGTHS.unpack_from(value, pos)
+    start = pos + _LENGTHS.size + id_len + root_len + 4 * k
+    return value[start:start + w]
 
 
 def _record_anchors(value: bytes, num_perm: int) -> int:

@@ -324,3 +324,28 @@ def sketch(token_hashes, k, a_lo, a_hi, b):
     for i in range(m):
         _minhash_update(sh[i] >> np.uint64(32), a_lo, a_hi, b, mins)
     return count_distinct(sh), mins, fp
+
+
+@kernel
+def word_bitmap(token_hashes, stop, shift):
+    """The content-word bitmap of :mod:`stream_dedup.rewrite`: bit ``h >> shift`` set for every token
+    hash ``h`` not in ``stop`` (an open-addressing table: power-of-two length, slot ``h & (length - 1)``,
+    linear probing, 0 = empty; :func:`stream_dedup.rewrite.stop_table`), as ``2 ** (64 - shift) / 8``
+    bytes (bit ``p``: byte ``p >> 3``, bit ``p & 7``). Twin: :func:`stream_dedup.rewrite.word_bitmap_reference`."""
+    sh = np.uint64(shift)
+    out = np.zeros((1 << (64 - shift)) // 8, dtype=np.uint8)
+    mask = np.uint64(stop.shape[0] - 1)
+    for t in range(token_hashes.shape[0]):
+        h = token_hashes[t]
+        i = np.int64(h & mask)
+        skip = False
+        while stop[i] != 0:
+            if stop[i] == h:
+                skip = True
+                break
+            i = np.int64(np.uint64(i + 1) & mask)
+        if skip:
+            continue
+        p = np.int64(h >> sh)
+        out[p >> 3] |= np.uint8(1 << (p & 7))
+    return out

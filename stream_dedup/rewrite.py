@@ -21,10 +21,80 @@ with 8 shared pairs; the share and length conditions leave none of them. The loo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from . import kernels
 
 MIN_SHARE = 0.7    # of the smaller identity sketch, shared
 MIN_LENGTH = 0.9   # shingle count of the shorter text / of the longer one
+WORD_BITS = 512    # bits of the content-word bitmap (64 bytes per article)
+WORD_SHIFT = 64 - 9  # a word's bit: the top 9 bits of its 64-bit token hash
+MAX_FILL = 0.75    # a bitmap with more bits set than this share is not used (about 700 words)
+NO_WORDS = b""
+#: words left out of the bitmap: the commonest English function words (and a few news words)
+STOP_WORDS = tuple("""a about above after again against all also am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from further had has have having he
+her here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not now of
+off on once only or other our ours out over own said same says she should so some such than that the their theirs
+them themselves then there these they this those through to too under until up very was we were what when where which
+while who whom why will with would you your yours year years new one two told""".split())
+
+
+def stop_hashes(token_hashes) -> np.ndarray:
+    """The token hashes of :data:`STOP_WORDS` as :func:`stop_table` lays them out (``token_hashes``:
+    text -> uint64 hashes, the fingerprint's own tokeniser and seed)."""
+    return stop_table(np.unique(token_hashes(" ".join(STOP_WORDS))).astype(np.uint64))
+
+
+def stop_table(hashes: np.ndarray, slots: int = 1024) -> np.ndarray:
+    """An open-addressing table of ``hashes`` (nonzero): slot ``h & (slots - 1)``, linear probing, 0
+    = empty; the kernel's stop-word lookup (one probe for most tokens, where a binary search took eight)."""
+    while slots < 2 * len(hashes):
+        slots *= 2
+    table = np.zeros(slots, dtype=np.uint64)
+    for h in np.unique(hashes).tolist():
+        i = h & (slots - 1)
+        while table[i]:
+            i = (i + 1) & (slots - 1)
+        table[i] = h
+    return table
+
+
+def word_bitmap(token_hashes: np.ndarray, stop: np.ndarray) -> bytes:
+    """The content-word bitmap (``WORD_BITS`` / 8 bytes) of a text's token hashes (compiled)."""
+    if not token_hashes.shape[0]:
+        return NO_WORDS
+    return kernels.word_bitmap(token_hashes, stop, WORD_SHIFT).tobytes()
+
+
+def word_bitmap_reference(token_hashes: np.ndarray, stop: np.ndarray) -> bytes:
+    """:func:`word_bitmap` with numpy (the kernel's twin, for tests)."""
+    if not token_hashes.shape[0]:
+        return NO_WORDS
+    kept = token_hashes[~np.isin(token_hashes, stop[stop != 0])]
+    bits = np.zeros(WORD_BITS, dtype=np.uint8)
+    bits[(kept >> np.uint64(WORD_SHIFT)).astype(np.int64)] = 1
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
+def _count(bits: int, m: int) -> float:
+    return -m * math.log(1.0 - min(bits, m - 1) / m)
+
+
+def word_jaccard(a: bytes, b: bytes) -> float | None:
+    """Estimated content-word set Jaccard of two bitmaps (linear counting); None when either is
+    empty, of another size, or fuller than :data:`MAX_FILL`."""
+    if not a or len(a) != len(b):
+        return None
+    m = 8 * len(a)
+    x, y = int.from_bytes(a, "little"), int.from_bytes(b, "little")
+    na, nb = x.bit_count(), y.bit_count()
+    if not na or not nb or max(na, nb) > MAX_FILL * m:
+        return None
+    ca, cb, cu = _count(na, m), _count(nb, m), _count((x | y).bit_count(), m)
+    return max(0.0, min(1.0, (ca + cb - cu) / cu))
 
 
 def shared_pairs(a: np.ndarray, b: np.ndarray) -> int:
@@ -45,9 +115,13 @@ def evidence(a: np.ndarray, b: np.ndarray, n: int, stored_n: int) -> tuple[int, 
 
 
 def passes(j: float, a: np.ndarray, b: np.ndarray, n: int, stored_n: int, low: float, high: float,
-           min_pairs: int) -> bool:
-    """The rule of the module docstring for a candidate with Jaccard estimate ``j`` (sketches ``a``, ``b``)."""
-    if not in_band(j, low, high):
+           min_pairs: int, words_a: bytes = NO_WORDS, words_b: bytes = NO_WORDS, min_words: float = 0.0) -> bool:
+    """The rule of the module docstring for a candidate with Jaccard estimate ``j`` (identity
+    sketches ``a``, ``b``; content-word bitmaps ``words_a``, ``words_b``)."""
+    if not in_band(j, low, high) or min(n, stored_n) / max(n, stored_n, 1) < MIN_LENGTH:
         return False
-    shared, share, length = evidence(a, b, n, stored_n)
-    return shared >= min_pairs and share >= MIN_SHARE and length >= MIN_LENGTH
+    wj = word_jaccard(words_a, words_b) if min_words > 0 else None
+    if wj is not None:
+        return wj >= min_words
+    shared, share, _ = evidence(a, b, n, stored_n)
+    return shared >= min_pairs and share >= MIN_SHARE

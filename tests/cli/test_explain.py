@@ -51,8 +51,10 @@ def test_explain_shows_the_rewrite_rule(tmp_path: Path, capsys) -> None:
     b = _write(tmp_path / "b.json", "b", "A completely different story about the weather in the mountains.")
     out = _explain(capsys, a, b)
     assert set(out["rewrite"]) == {"jaccard_band", "identity_pairs_shared", "share_of_smaller_sketch",
-                                   "length_ratio"}
+                                   "length_ratio", "word_jaccard"}
     assert out["rewrite"]["jaccard_band"] == [0.3, 0.5] and "rewrite" not in out["rules_passed"]
+    assert 0.0 <= out["rewrite"]["word_jaccard"] < 0.75
+    assert _explain(capsys, a, b, "--rewrite-word-jaccard", "0")["rewrite"]["word_jaccard"] is None
 
 
 @pytest.mark.parametrize("second", ["same-id", "missing", "bad"])

@@ -176,8 +176,8 @@ def test_to_bytes_layout() -> None:
     fp = DEFAULT.fingerprint_text(PINNED_TEXT)
     data = fp.to_bytes()
     k, a = fp.identity.shape[0], fp.anchors.shape[0]
-    assert k > 0 and a > 0 and len(data) == 31 + 4 * 128 + 2 + 4 * k + 2 + 8 * a
-    assert data[0] == 3                                     # version
+    assert k > 0 and a > 0 and len(data) == 31 + 4 * 128 + 2 + 4 * k + 2 + 8 * a + 2 + 64
+    assert data[0] == 4                                     # version
     assert int.from_bytes(data[1:3], "big") == 128          # num_perm
     assert int.from_bytes(data[3:11], "big") == PINNED_SIMHASH
     assert int.from_bytes(data[11:15], "big") == PINNED_N_SHINGLES
@@ -188,6 +188,8 @@ def test_to_bytes_layout() -> None:
     at = 545 + 4 * k                                        # passage anchors: count, then uint64 BE each
     assert int.from_bytes(data[at:at + 2], "big") == a
     assert int.from_bytes(data[at + 2:at + 10], "big") == int(fp.anchors[0])
+    at += 2 + 8 * a                                         # content-word bitmap: length, then its bytes
+    assert int.from_bytes(data[at:at + 2], "big") == 64 and data[at + 2:] == fp.words
 
 
 @settings(max_examples=200, deadline=None)
@@ -195,7 +197,8 @@ def test_to_bytes_layout() -> None:
        st.integers(0, 2**64 - 1), st.binary(min_size=16, max_size=16), st.integers(0, 2**32 - 1),
        st.lists(st.integers(0, 2**32 - 1), max_size=48, unique=True))
 def test_round_trip(minhash: list[int], sim: int, exact: bytes, n: int, identity: list[int]) -> None:
-    fp = Fingerprint(np.array(minhash, dtype=np.uint32), sim, exact, n, np.array(sorted(identity), dtype=np.uint32))
+    fp = Fingerprint(np.array(minhash, dtype=np.uint32), sim, exact, n, np.array(sorted(identity), dtype=np.uint32),
+                     words=bytes(range(n % 65)))
     back = Fingerprint.from_bytes(fp.to_bytes())
     assert back == fp
     assert back.minhash.dtype == np.uint32
@@ -220,7 +223,8 @@ GOOD = DEFAULT.fingerprint_text(PINNED_TEXT).to_bytes()
     GOOD + b"\x00",                   # trailing byte
     b"\x01" + GOOD[1:],               # version 1: other folding, refused
     b"\x02" + GOOD[1:],               # version 2: no passage anchors, refused
-    b"\x04" + GOOD[1:],               # unknown version
+    b"\x03" + GOOD[1:],               # version 3: no content-word bitmap, refused
+    b"\x05" + GOOD[1:],               # unknown version
     b"\x00" + GOOD[1:],
     GOOD[:1] + b"\x00\x10" + GOOD[3:],  # header says 16 permutations, body holds 128
     b"not a fingerprint at all, clearly garbage",
@@ -232,8 +236,10 @@ def test_from_bytes_rejects_garbage(garbage: bytes) -> None:
 
 def test_equality() -> None:
     fp = DEFAULT.fingerprint_text(PINNED_TEXT)
-    other = Fingerprint(fp.minhash.copy(), fp.simhash, fp.exact, fp.n_shingles, fp.identity.copy(), fp.anchors.copy())
+    other = Fingerprint(fp.minhash.copy(), fp.simhash, fp.exact, fp.n_shingles, fp.identity.copy(), fp.anchors.copy(),
+                        fp.words)
     assert fp == other
+    assert fp != Fingerprint(fp.minhash, fp.simhash, fp.exact, fp.n_shingles, fp.identity, fp.anchors)  # no bitmap
     changed = fp.minhash.copy()
     changed[5] ^= 1
     assert fp != Fingerprint(changed, fp.simhash, fp.exact, fp.n_shingles)
@@ -283,3 +289,5 @@ def test_a_version_1_fingerprint_is_refused_by_name() -> None:
         Fingerprint.from_bytes(b"\x01" + GOOD[1:])
     with pytest.raises(ValueError, match="unknown fingerprint version 2 .*same release"):  # before passage anchors
         Fingerprint.from_bytes(b"\x02" + GOOD[1:])
+    with pytest.raises(ValueError, match="unknown fingerprint version 3 .*same release"):  # before word bitmaps
+        Fingerprint.from_bytes(b"\x03" + GOOD[1:])

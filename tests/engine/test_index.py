@@ -194,9 +194,9 @@ def test_an_index_in_the_old_format_is_refused_in_one_line(tmp_path: Path) -> No
     idx = open_index(tmp_path)
     add(idx, 0)
     stored = json.loads(idx.db.get(b"Msettings"))
-    idx.db.put(b"Msettings", json.dumps({**stored, "schema": 3}, sort_keys=True).encode())  # as format 3 wrote it
+    idx.db.put(b"Msettings", json.dumps({**stored, "schema": 6}, sort_keys=True).encode())  # as format 6 wrote it
     idx.close()
-    with pytest.raises(ValueError, match=r"is in format 3 .*reads format 6 \(16-bit signatures\).*Rebuild") as err:
+    with pytest.raises(ValueError, match=r"is in format 6 .*reads format 7 \(16-bit signatures\).*Rebuild") as err:
         open_index(tmp_path)
     assert "\n" not in str(err.value)
 

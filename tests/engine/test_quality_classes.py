@@ -142,6 +142,37 @@ def test_a_follow_up_story_repeating_the_background_stays_new(tmp_path: Path, ea
     assert d[1].type == "new" and 0.3 <= (d[1].similarity or 0.3)
 
 
+@needs_articles
+@pytest.mark.parametrize(("aid", "seed"), [("news-00451", 1), ("news-00100", 1), ("news-00200", 1)])
+def test_a_rewrite_whose_identity_pairs_changed_is_found_by_its_words(tmp_path: Path, aid: str, seed: int) -> None:
+    # rewrites whose identity pairs moved too much for the identity rule (share < 70 %): the
+    # content-word bitmaps find them; with --rewrite-word-jaccard 0 (identity pairs only) they stay new
+    story = _article(aid)["text"]
+    copy, j5 = cases.rewritten(random.Random(seed), story)
+    assert 0.3 <= j5 <= 0.5
+    d = _decide(tmp_path / "a", [story, copy])
+    assert d[1].is_duplicate and d[1].method == "rewrite" and 0.3 <= d[1].similarity < 0.5
+    assert _decide(tmp_path / "b", [story, copy], rewrite_word_jaccard=0.0)[1].type == "new"
+
+
+@needs_articles
+@pytest.mark.parametrize(("earlier", "later"), [("news-00175", "news-00864"), ("news-02389", "news-02395"),
+                                                ("news-03057", "news-03190")])
+def test_a_follow_up_of_the_same_length_is_new_by_its_words(tmp_path: Path, earlier: str, later: str) -> None:
+    # different stories of one agency in the band, of about the same length (ratio >= 0.9), with the
+    # highest content-word Jaccard of the dev stream's such pairs (0.61-0.69, under 0.75); the first
+    # also shares 24 identity pairs (75 %), so the identity rule alone called it a duplicate
+    from stream_dedup import rewrite
+    with Deduplicator(EngineConfig(), tmp_path / "fp") as dedup:
+        a, b = (dedup.fingerprint(Article(id=x, text=_article(x)["text"])) for x in (earlier, later))
+    assert min(a.n_shingles, b.n_shingles) / max(a.n_shingles, b.n_shingles) >= rewrite.MIN_LENGTH
+    assert 0.6 <= rewrite.word_jaccard(a.words, b.words) < 0.75
+    texts = [_article(earlier)["text"], _article(later)["text"]]
+    d = _decide(tmp_path / "a", texts)
+    assert d[1].type == "new"
+    assert _decide(tmp_path / "b", texts, rewrite_word_jaccard=0.6)[1].method == "rewrite"  # the threshold decides
+
+
 # -- the class streams, scored as bench/quality.py scores them -----------------------------------
 @needs_articles
 def test_class_streams_are_deterministic_and_hold_both_sides() -> None:
@@ -161,7 +192,7 @@ def test_class_streams_are_deterministic_and_hold_both_sides() -> None:
     ("page", 0.98, 0.95, 0),
     ("excerpt", 0.95, 0.95, 1),
     ("template", 0.95, 0.95, 2),
-    ("rewrite", 0.95, 0.6, 1),
+    ("rewrite", 0.95, 0.95, 1),   # seed 2, 40 originals: one negative at Jaccard 0.54 (minhash rule)
 ])
 def test_class_figures(name: str, min_precision: float, min_recall: float, max_lookalikes: int) -> None:
     quality = _bench("quality")
