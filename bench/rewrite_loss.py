@@ -30,9 +30,9 @@ from stream_dedup.config import EngineConfig, add_arguments, load  # noqa: E402
 from stream_dedup.engine import Deduplicator, lsh_params  # noqa: E402
 from stream_dedup.html_text import html_to_text  # noqa: E402
 from stream_dedup.index import Index  # noqa: E402
+from stream_dedup.index_record import SIGNATURE_BITS, stored_signature  # noqa: E402
 from stream_dedup.lsh import Banding  # noqa: E402
 from stream_dedup.minhash import bbit_jaccard  # noqa: E402
-from stream_dedup.index_record import SIGNATURE_BITS, stored_signature  # noqa: E402
 from stream_dedup.record import article_from_object  # noqa: E402
 from stream_dedup.simhash import hamming  # noqa: E402
 

@@ -64,8 +64,8 @@ from .index_record import (
     StoredArticle,
     _pack_record,
     _record_identity,
-    _record_words,
     _record_ids,
+    _record_words,
     _unpack_record,
     stored_signature,
 )
