@@ -208,12 +208,13 @@ class Deduplicator:
                     and not self.is_short_text(fp.n_shingles):
                 decision, passage = self._passages(view, article_id, fp, sig, found, decision, matched)
             root_id = decision.duplicate_of if decision.is_duplicate else article_id
+        indexed = self._adds_to_index(decision, has_shingles)
         view.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
                     exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_stored(),
                     bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
-                    index_sketches=self._adds_to_index(decision, has_shingles), checkpoint=checkpoint,
+                    index_sketches=indexed, checkpoint=checkpoint,
                     receipt=receipt, identity=fp.identity, anchors=fp.anchors.shape[0],
-                    words=fp.words if self._adds_to_index(decision, has_shingles) else rewrite.NO_WORDS,
+                    words=fp.words if indexed else rewrite.NO_WORDS,
                     postings=self._postings(view, passage, matched, decision, has_shingles))
         return decision
 
