@@ -51,6 +51,9 @@ class Metrics:
         self.consumer_lag = Gauge(
             "stream_dedup_consumer_lag_messages", "Consumer lag per topic partition (high watermark - position).",
             ["topic", "partition"], registry=r)
+        self.order_held = Gauge(
+            "stream_dedup_order_buffer_records", "Input records stage 1 holds to merge its partitions by "
+            "timestamp (each at most --order-wait seconds).", registry=r)
         self.redelivered = Counter(
             "stream_dedup_redelivered_signatures", "Second copies of an input record's signature (stage 1 is "
             "at-least-once) that the decision stage recognised and answered no more.", registry=r)

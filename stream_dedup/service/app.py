@@ -213,9 +213,9 @@ class DedupWorker:
         app.agent(self.input_topic, name="stream_dedup.stage1_signatures")(self._stage1)
         app.timer(GAUGE_INTERVAL, name="stream_dedup.gauges")(self._update_gauges)
         app.timer(WATCH_INTERVAL, name="stream_dedup.watch_decisions")(self._watch_decisions)
-        app.timer(ORDER_INTERVAL, name="stream_dedup.order")(self._order_timer)
         # stage 1's event-time merge of the partitions it owns
         self.order = OrderBuffer(float(service.order_wait))
+        self.metrics.order_held.set_function(lambda: self.order.size)
         self._owned: list[Any] = []
         self._highwaters: dict[Any, int] = {}
         self._positions: dict[Any, int] = {}
@@ -223,6 +223,7 @@ class DedupWorker:
         self._acker: _Acker | None = None
         self._computing: asyncio.Semaphore | None = None
         self._previous: asyncio.Future | None = None
+        self._order_task: asyncio.Future | None = None
         app.on_partitions_assigned.connect(self._on_assigned)
 
     # ------------------------------------------------------------------ stage 1
@@ -239,18 +240,23 @@ class DedupWorker:
         svc = self.service
         self._acker = _Acker(self, stream, "stage 1 (signatures)")
         self._computing = asyncio.Semaphore(STAGE1_PIPELINE)
+        if self._order_task is None:
+            self._order_task = asyncio.ensure_future(self._order_loop())
         async for events in stream.noack_take(svc.batch_size, within=svc.batch_wait):
             if self.fatal is not None:
                 return
             self.order.add((ev.message.tp, ev.message.offset, _timestamp_ms(ev), ev) for ev in events)
             await self._pump()
 
-    async def _pump(self) -> None:
-        """Send what the order buffer releases (called per batch and by a timer)."""
+    async def _pump(self, *, flush: bool = False) -> None:
+        """Send what the order buffer releases (called per batch and by :meth:`_order_loop`).
+
+        ``flush`` releases every held record, merged but without waiting for any partition.
+        """
         if self._acker is None:
             return
         async with self._pump_lock:
-            released = self.order.release(self._owned, self._caught_up)
+            released = self.order.release([] if flush else self._owned, self._caught_up)
             for i in range(0, len(released), int(self.service.batch_size)):
                 events = released[i:i + int(self.service.batch_size)]
                 items = [(bytes(ev.value or b""), ev.message.topic, ev.message.partition, ev.message.offset,
@@ -266,8 +272,32 @@ class DedupWorker:
             return False
         return last_offset + 1 >= high or self._positions.get(tp, -1) >= high
 
-    async def _order_timer(self) -> None:
-        """Release records whose wait is over, and refresh the partitions' positions and high watermarks."""
+    async def _order_loop(self) -> None:
+        """Release the order buffer's records whose wait is over, until the worker closes.
+
+        Our own task, not a Faust timer: Faust stops its timers as soon as the app starts
+        stopping, and then waits for every record its agents received to be acked (which
+        ``stream_wait_empty`` makes it do on shutdown and on every revocation).  Records held
+        here would never be acked and the shutdown would hang; so while the app stops, or the
+        consumer's flow is stopped for a revocation (no fetch can bring the records the merge
+        waits for), the buffer is flushed.
+        """
+        while True:
+            await asyncio.sleep(ORDER_INTERVAL)
+            try:
+                app = self.app
+                if app.should_stop or not getattr(app.consumer, "flow_active", True):
+                    await self._pump(flush=True)
+                else:
+                    await self._refresh_positions()
+                    await self._pump()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - must keep releasing; a send failure crashes via _crash
+                log.exception("order buffer release failed")
+
+    async def _refresh_positions(self) -> None:
+        """The owned partitions, their positions and high watermarks (for "caught up")."""
         if self.service.order_wait <= 0:
             return
         consumer = self.app.consumer
@@ -287,7 +317,6 @@ class DedupWorker:
         if owned != set(self._owned):
             self._owned = sorted(owned)
             self.order.forget(owned)  # a revoked partition's records are redelivered to its new owner
-        await self._pump()
 
     async def _stage1_send(self, events: Sequence[faust.EventT], result: asyncio.Future,
                            previous: asyncio.Future | None, acker: _Acker, computing: asyncio.Semaphore) -> None:
@@ -385,6 +414,8 @@ class DedupWorker:
         await self.app.crash(exc)
 
     def close(self) -> None:
+        if self._order_task is not None:
+            self._order_task.cancel()
         self.producer.close()
         self.pool.close()
         self.decisions.stop()

@@ -32,7 +32,7 @@ METRICS_INTERVAL = 1.0
 MAX_RESTARTS = 5
 RESTART_WINDOW = 120.0
 #: metric families the worker itself owns (never taken from the child)
-PARENT_ONLY = frozenset({"stream_dedup_ready", "stream_dedup_decision_stage_restarts"})
+PARENT_ONLY = frozenset({"stream_dedup_ready", "stream_dedup_decision_stage_restarts", "stream_dedup_order_buffer_records"})
 
 
 def _die_with_parent() -> None:
