@@ -148,6 +148,7 @@ class _Acker:
         self.tasks: set[asyncio.Future] = set()
 
     async def submit(self, events: Sequence[faust.EventT], futures: list[Any], after: Any = None) -> None:
+        """Ack ``events`` once every one of ``futures`` (e.g. one per produced batch) is done."""
         await self.slots.acquire()
         task = asyncio.ensure_future(self._finish(events, futures, after))
         self.tasks.add(task)
@@ -326,15 +327,10 @@ class DedupWorker:
                 await previous
             if self.fatal is not None:
                 return
-            futures = []
-            sig_topic = self.service.signatures_topic
-            send = self.producer.send
-            for ev, (kind, a, b) in zip(events, results, strict=True):
-                if kind == "sig":
-                    futures.append(await send(sig_topic, b, a.encode("utf-8"), partition=0))
-                else:
-                    futures.append(await send(sig_topic, self._reject(ev, a, b), ev.message.key, partition=0))
-            await acker.submit(events, futures)
+            records = [(b, a.encode("utf-8"), 0) if kind == "sig" else (self._reject(ev, a, b), ev.message.key, 0)
+                       for ev, (kind, a, b) in zip(events, results, strict=True)]
+            delivered = await self.producer.send_batch(self.service.signatures_topic, records)
+            await acker.submit(events, [delivered])
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - a lost send must not be acked

@@ -3,11 +3,12 @@
 The worker produces three records per article-equivalent of work (signature, event, and
 sometimes a dead letter).  aiokafka's pure-Python producer costs a large share of the event
 loop per record; librdkafka does the batching, compression, retries and the network I/O in
-its own C threads.  :meth:`AsyncProducer.send` returns an ``asyncio.Future`` resolved with
-``(partition, offset)`` when the broker has acknowledged the record (``acks=all``,
-idempotent producer: no duplicates or reordering from internal retries), or failed with the
-``KafkaException``.  Delivery reports are collected by one polling thread and handed to the
-event loop in batches (one wake-up per batch, not per record).
+its own C threads.  :meth:`AsyncProducer.send_batch` queues a batch of records and returns one
+``asyncio.Future`` for the whole batch, resolved when the broker has acknowledged every record
+(``acks=all``, idempotent producer: no duplicates or reordering from internal retries), or
+failed with the first record's ``KafkaException``.  No future, closure or event-loop wake-up per
+record: librdkafka's polling thread counts the batch's delivery reports and hands the batch to
+the event loop once, when it is complete (or fails).
 """
 
 from __future__ import annotations
@@ -37,12 +38,38 @@ def producer_config(client_conf: dict[str, Any], linger_s: float) -> dict[str, A
     return conf
 
 
+#: a record of :meth:`AsyncProducer.send_batch`: (value, key, partition or None)
+Record = tuple[bytes | None, bytes | None, int | None]
+
+
+class _Batch:
+    """Counts a batch's delivery reports (on librdkafka's polling thread)."""
+
+    __slots__ = ("future", "size", "left", "error", "producer")
+
+    def __init__(self, producer: AsyncProducer, future: asyncio.Future, size: int) -> None:
+        self.producer, self.future, self.size, self.left, self.error = producer, future, size, size, None
+
+    def on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        producer = self.producer
+        if err is None and producer.broker_error is not None:
+            log.info("producer: the broker is reachable again")
+            producer.broker_error = None
+        with producer._lock:  # noqa: SLF001 - the producer's own helper
+            self.left -= 1
+            if err is not None and self.error is None:
+                self.error = err
+                producer._finished(self)  # noqa: SLF001 - the first failure fails the batch at once
+            elif self.left == 0 and self.error is None:
+                producer._finished(self)  # noqa: SLF001
+
+
 class AsyncProducer:
     def __init__(self, conf: dict[str, Any], loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop
         self._producer = Producer({**conf, "error_cb": self._on_error})
         self._lock = threading.Lock()
-        self._reports: list[tuple[asyncio.Future, Any, Any]] = []
+        self._done: list[_Batch] = []
         self._running = True
         self._thread = threading.Thread(target=self._poll_loop, name="stream-dedup-producer", daemon=True)
         self._thread.start()
@@ -50,29 +77,33 @@ class AsyncProducer:
         self.broker_error: str | None = None  # the last connection error, until a record is delivered
 
     # -- called from the event loop
-    async def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
-                   headers: Sequence[tuple[str, bytes]] | None = None) -> asyncio.Future:
-        """Queue one record; returns the future of its acknowledgement (await it separately)."""
+    async def send_batch(self, topic: str, records: Sequence[Record]) -> asyncio.Future:
+        """Queue ``records`` in order; returns one future, done when all are acknowledged.
+
+        The future's result is the number of records; its exception the first failed record's
+        ``KafkaException``.  An empty batch gives a future already done.
+        """
         if self.fatal is not None:
             raise self.fatal
         loop = self._loop or asyncio.get_running_loop()
         self._loop = loop
         fut = loop.create_future()
-
-        def on_delivery(err: KafkaError | None, msg: Any, fut: asyncio.Future = fut) -> None:
-            self._report(fut, err, msg)
-
-        kwargs: dict[str, Any] = {"key": key, "on_delivery": on_delivery}
-        if partition is not None:
-            kwargs["partition"] = partition
-        if headers:
-            kwargs["headers"] = list(headers)
-        while True:
-            try:
-                self._producer.produce(topic, value, **kwargs)
-                return fut
-            except BufferError:  # local queue full: let librdkafka drain it
-                await asyncio.sleep(0.005)
+        if not records:
+            fut.set_result(0)
+            return fut
+        batch = _Batch(self, fut, len(records))
+        produce, on_delivery = self._producer.produce, batch.on_delivery
+        for value, key, partition in records:
+            while True:
+                try:
+                    if partition is None:
+                        produce(topic, value, key, on_delivery=on_delivery)
+                    else:
+                        produce(topic, value, key, partition, on_delivery=on_delivery)
+                    break
+                except BufferError:  # local queue full: let librdkafka drain it
+                    await asyncio.sleep(0.005)
+        return fut
 
     def flush(self, timeout: float = 30.0) -> int:
         """Block until every queued record is delivered (or ``timeout``); returns how many are left."""
@@ -103,26 +134,26 @@ class AsyncProducer:
             log.warning("producer: %s (retrying)", message)
         self.broker_error = message
 
-    def _report(self, fut: asyncio.Future, err: Any, msg: Any) -> None:
-        if err is None and self.broker_error is not None:
-            log.info("producer: the broker is reachable again")
-            self.broker_error = None
-        with self._lock:
-            first = not self._reports
-            self._reports.append((fut, err, msg))
+    def _finished(self, batch: _Batch) -> None:
+        """(Under the lock.)  Hand a complete or failed batch to the event loop."""
+        first = not self._done
+        self._done.append(batch)
         if first:
-            try:
-                self._loop.call_soon_threadsafe(self._deliver)
-            except RuntimeError:  # the loop is closed: nobody waits any more
-                pass
+            self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
 
     def _deliver(self) -> None:
         with self._lock:
-            reports, self._reports = self._reports, []
-        for fut, err, msg in reports:
-            if fut.done():
+            batches, self._done = self._done, []
+        for batch in batches:
+            if batch.future.done():
                 continue
-            if err is not None:
-                fut.set_exception(KafkaException(err))
+            if batch.error is not None:
+                batch.future.set_exception(KafkaException(batch.error))
             else:
-                fut.set_result((msg.partition(), msg.offset()))
+                batch.future.set_result(batch.size)
