@@ -56,6 +56,7 @@ from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
 
 from . import catchup, kafka_config
+from .broker_probe import BrokerProbe
 from .deciding import Decider, FatalError, open_index, warm_up
 from .receipts import ReceiptSweep
 
@@ -68,9 +69,6 @@ IDLE_WAIT = 0.1
 GAUGE_INTERVAL = 2.0
 #: a transaction commit taking longer than this makes the stage report "waiting for the broker"
 SLOW_COMMIT = 3.0
-#: seconds between broker probes (and the longest a probe waits)
-PROBE_INTERVAL = 2.0
-NO_ANSWER = "no answer from the broker"
 #: bytes left for headers and framing below the dead-letter topic's max.message.bytes
 DLQ_MARGIN = 4096
 
@@ -120,7 +118,6 @@ class DecisionStage:
         self._stop = threading.Event()
         self.state = "joining the group"
         self.broker_error: str | None = None  # the last client error, cleared when records flow
-        self.probe_error: str | None = None   # set and cleared by the broker probe only
         self.commit_started: float | None = None
         self.committed: int | None = None
         self._txn: _Transaction | None = None
@@ -128,6 +125,7 @@ class DecisionStage:
         self.client_fatal: str | None = None  # a fatal librdkafka error: this consumer is unusable
         self._last_evict = time.monotonic()
         self.sweep = ReceiptSweep(service)
+        self.probe = BrokerProbe(service, self.client_conf, self._stop, self.sweep, lambda: self.owned)
         self._last_gauges = 0.0
         self.consumer = Consumer({
             **self.client_conf,
@@ -155,8 +153,8 @@ class DecisionStage:
         reasons = []
         if self.fatal:
             reasons.append(f"decision stage failed: {self.fatal}")
-        if self.probe_error:
-            reasons.append(f"cannot reach the broker: {self.probe_error}")
+        if self.probe.error:
+            reasons.append(f"cannot reach the broker: {self.probe.error}")
         elif self.broker_error:
             reasons.append(f"cannot reach the broker: {self.broker_error}")
         if self.commit_started is not None and time.monotonic() - self.commit_started > SLOW_COMMIT:
@@ -166,43 +164,9 @@ class DecisionStage:
         return {"state": self.state, "owns": self.owned, "index_checkpoint": self.decider.last_applied,
                 "committed_offset": self.committed, "reasons": reasons}
 
-    def _probe_broker(self) -> None:
-        """Every PROBE_INTERVAL s, ask the broker for the signatures topic's metadata.
-
-        Every ``--receipt-sweep`` s it also reads what :class:`ReceiptSweep` needs.
-
-        A frozen or partitioned broker answers nothing and librdkafka reports it only after its
-        socket timeout (a minute); the probe makes ``/readyz`` say so within seconds.
-        """
-        from confluent_kafka.admin import AdminClient
-
-        # a handle of its own: a metadata request on the consumer's handle can wait behind its
-        # consume() far longer than its timeout (measured: 14 s of a 20 s broker freeze)
-        admin = AdminClient(self.client_conf)
-        next_sweep = time.monotonic() + float(self.service.receipt_sweep)
-        while not self._stop.wait(PROBE_INTERVAL):
-            try:
-                admin.list_topics(self.topic, timeout=PROBE_INTERVAL)
-                if self.probe_error is not None:
-                    log.info("decision stage: the broker answers again")
-                    self.probe_error = None
-                every = float(self.service.receipt_sweep)
-                if every > 0 and self.owned and self.sweep.target is None and time.monotonic() >= next_sweep:
-                    next_sweep = time.monotonic() + every
-                    try:
-                        self.sweep.read_target(admin, timeout=10.0)
-                    except Exception:  # noqa: BLE001 - tried again next time
-                        log.debug("receipt sweep: reading the offsets failed", exc_info=True)
-            except Exception as exc:  # noqa: BLE001 - KafkaException, or the consumer is closed
-                if self._stop.is_set():
-                    return
-                if self.probe_error is None:
-                    log.warning("decision stage: %s in %.0f s (%s)", NO_ANSWER, PROBE_INTERVAL, exc)
-                self.probe_error = f"{NO_ANSWER} in {PROBE_INTERVAL:.0f} s"
-
     def run(self) -> int:
         """0 after :meth:`stop`; 3 after a fatal error."""
-        threading.Thread(target=self._probe_broker, name="stream-dedup-broker-probe", daemon=True).start()
+        self.probe.start()
         self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_lost)
         code = 0
