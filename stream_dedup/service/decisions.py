@@ -91,14 +91,6 @@ def _is_fatal(err: KafkaError) -> bool:
     return err.fatal() or err.code() == KafkaError._FATAL
 
 
-def decisions_group(service: ServiceConfig) -> str:
-    return f"{service.app_id}.decisions"
-
-
-def transactional_id(service: ServiceConfig) -> str:
-    return f"{service.app_id}.decisions.{service.signatures_topic}-0"
-
-
 class DecisionStage:
     """The loop and its state; :meth:`run` blocks until :meth:`stop` (or a fatal error)."""
 
@@ -127,23 +119,8 @@ class DecisionStage:
         self.sweep = ReceiptSweep(service)
         self.probe = BrokerProbe(service, self.client_conf, self._stop, self.sweep, lambda: self.owned)
         self._last_gauges = 0.0
-        self.consumer = Consumer({
-            **self.client_conf,
-            "group.id": decisions_group(service),
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "range",
-            "group.instance.id": kafka_config.instance_id(service),  # static membership, as for stage 1
-            "session.timeout.ms": int(service.session_timeout * 1000),
-            "heartbeat.interval.ms": max(500, min(3000, int(service.session_timeout * 1000 / 5))),
-            "max.poll.interval.ms": 600_000,
-            # one partition: a parked fetch returns as soon as a record arrives, so a long wait costs
-            # no latency, while a short one makes an idle stage poll the broker (10 ms: 100 fetches/s)
-            "fetch.wait.max.ms": 500,
-            "error_cb": self._on_error,
-        })
+        self.consumer = Consumer(kafka_config.decisions_consumer_config(service, self.client_conf,
+                                                                        error_cb=self._on_error))
 
     # ------------------------------------------------------------------ public
     def stop(self) -> None:
@@ -274,19 +251,8 @@ class DecisionStage:
         log.info("decision stage: deciding from signature offset %d", start)
 
     def _new_producer(self) -> Producer:
-        conf = {**self.client_conf, "transactional.id": transactional_id(self.service),
-                # commit_transaction() sends what lingers at once, so lingering costs no latency; a
-                # short linger woke the sender for every few events and each produce() waited on it
-                # (measured: decision stage 58-61 % of the engine's decide rate with 1 ms, 72 % with 50)
-                "linger.ms": 50, "delivery.report.only.error": True,
-                # right after a commit the coordinator answers CONCURRENT_TRANSACTIONS until the
-                # markers are written; librdkafka's default 100 ms backoff made every
-                # send_offsets_to_transaction take ~90 ms (measured), 5 ms makes it ~2 ms
-                "retry.backoff.ms": 5, "retry.backoff.max.ms": 50, "on_delivery": self._on_delivery,
-                "error_cb": self._on_error, "message.max.bytes": 16 * 1024 * 1024,
-                "queue.buffering.max.messages": max(100_000, 4 * int(self.service.batch_size)),
-                "transaction.timeout.ms": 60_000}
-        producer = Producer(conf)
+        producer = Producer(kafka_config.transactional_producer_config(
+            self.service, self.client_conf, on_delivery=self._on_delivery, error_cb=self._on_error))
         while True:
             try:
                 producer.init_transactions(60)
