@@ -11,6 +11,12 @@ worker's time.  One loop iteration is one Kafka transaction::
     send_offsets_to_transaction(last + 1, fresh group metadata)
     commit_transaction
 
+This module is the loop: group membership, reconciliation and catch-up, the transactions with
+their retries and aborts, housekeeping.  Deciding the records on the index is
+:class:`.deciding.Decider`; receipts and their sweep are in :mod:`.receipts`, the broker probe in
+:mod:`.broker_probe`, the clients' settings in :mod:`.kafka_config`.  The argument below is the
+one place that says why the whole is exactly-once.
+
 **Exactly one committed output per input record.**  ``articles.signatures`` has one partition,
 owned by one member of the group ``<app_id>.decisions``.  Its producer has the stable
 ``transactional.id`` ``<app_id>.decisions.<signatures topic>-0``, so a new owner's
@@ -69,8 +75,6 @@ IDLE_WAIT = 0.1
 GAUGE_INTERVAL = 2.0
 #: a transaction commit taking longer than this makes the stage report "waiting for the broker"
 SLOW_COMMIT = 3.0
-#: bytes left for headers and framing below the dead-letter topic's max.message.bytes
-DLQ_MARGIN = 4096
 
 
 class _Abort(Exception):
@@ -426,20 +430,3 @@ class DecisionStage:
         self._drop_producer()
         self.dedup.close()
 
-
-def dlq_budget(client_conf: dict[str, Any], topics: list[str], default: int = 1_048_588) -> int:
-    """Bytes a dead letter may take: the smallest ``max.message.bytes`` of ``topics``, less a margin."""
-    from confluent_kafka.admin import AdminClient, ConfigResource
-
-    admin = AdminClient(client_conf)
-    sizes = []
-    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics],
-                                     request_timeout=30)
-    for fut in futures.values():
-        try:
-            entry = fut.result(timeout=30).get("max.message.bytes")
-            if entry is not None and entry.value:
-                sizes.append(int(entry.value))
-        except Exception:  # noqa: BLE001 - a topic we cannot describe: the broker default applies
-            log.debug("describe_configs failed", exc_info=True)
-    return max(16 * 1024, min(sizes or [default]) - DLQ_MARGIN)
