@@ -156,9 +156,8 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
 
     from . import kafka_config
     from .app import DedupWorker
-    from .decisions import dlq_budget
     from .http import HealthServer
-    from .topics import TopicError
+    from .topics import TopicError, dlq_budget
 
     _setup_logging(service.log_level)
     try:

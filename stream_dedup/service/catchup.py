@@ -6,7 +6,7 @@ the articles the previous owner indexed.  Every signature record ever decided is
 signatures topic, so the new owner replays ``signatures-0`` from its local checkpoint + 1 up to
 the group's committed offset with a separate confluent-kafka consumer (manual ``assign``, no
 group membership, no commits), applying each record to the index without producing anything
-(:meth:`stream_dedup.service.decisions.DecisionStage._apply_only`).  The checkpoint is stored
+(:meth:`stream_dedup.service.deciding.Decider.apply_only`).  The checkpoint is stored
 atomically with each insert, so a catch-up that is interrupted resumes where it stopped.
 """
 

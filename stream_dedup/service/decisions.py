@@ -11,6 +11,12 @@ worker's time.  One loop iteration is one Kafka transaction::
     send_offsets_to_transaction(last + 1, fresh group metadata)
     commit_transaction
 
+This module is the loop: group membership, reconciliation and catch-up, the transactions with
+their retries and aborts, housekeeping.  Deciding the records on the index is
+:class:`.deciding.Decider`; receipts and their sweep are in :mod:`.receipts`, the broker probe in
+:mod:`.broker_probe`, the clients' settings in :mod:`.kafka_config`.  The argument below is the
+one place that says why the whole is exactly-once.
+
 **Exactly one committed output per input record.**  ``articles.signatures`` has one partition,
 owned by one member of the group ``<app_id>.decisions``.  Its producer has the stable
 ``transactional.id`` ``<app_id>.decisions.<signatures topic>-0``, so a new owner's
@@ -19,8 +25,8 @@ and the signature offsets are committed together or not at all.
 
 **The index may run ahead of Kafka, never out of step.**  Each article is written to RocksDB when
 it is decided (one atomic WriteBatch with the signature offset and a *receipt*: a token naming the
-input record: its topic's tag, partition and offset, swept by :class:`ReceiptSweep` once stage 1
-can no longer send that record twice).  A transaction that then aborts, or
+input record: its topic's tag, partition and offset, swept by :class:`.receipts.ReceiptSweep` once
+stage 1 can no longer send that record twice).  A transaction that then aborts, or
 a crash before the commit, leaves articles in the index whose events were never committed.  They
 are decided again from the committed offset, and the receipt tells what to do with each record:
 
@@ -42,13 +48,9 @@ the signatures topic without producing anything, then starts at C.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
-import struct
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,21 +62,12 @@ from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
 
 from . import catchup, kafka_config
-from .serialization import (
-    RejectRecord,
-    SignatureDecodeError,
-    SignatureRecord,
-    decode_stage_record,
-    encode_json,
-    output_event,
-    reject_record,
-)
+from .broker_probe import BrokerProbe
+from .deciding import Decider, FatalError, open_index, warm_up
+from .receipts import ReceiptSweep
 
 log = logging.getLogger("stream_dedup.service.decisions")
 
-PROCESSING_ERROR = "processing_error"
-#: consecutive records whose decision raised before the stage gives up (disk full, corrupt index)
-MAX_CONSECUTIVE_DECIDE_ERRORS = 10
 #: seconds between retention sweeps when idle, and between lag gauge updates
 EVICT_INTERVAL = 60.0
 #: longest the loop waits for a first record before its housekeeping (returns at once when one arrives)
@@ -82,15 +75,6 @@ IDLE_WAIT = 0.1
 GAUGE_INTERVAL = 2.0
 #: a transaction commit taking longer than this makes the stage report "waiting for the broker"
 SLOW_COMMIT = 3.0
-#: seconds between broker probes (and the longest a probe waits)
-PROBE_INTERVAL = 2.0
-NO_ANSWER = "no answer from the broker"
-#: bytes left for headers and framing below the dead-letter topic's max.message.bytes
-DLQ_MARGIN = 4096
-
-
-class FatalError(RuntimeError):
-    """The stage cannot go on (fenced by a newer owner, authorisation, ...): exit, let reconciliation decide."""
 
 
 class _Abort(Exception):
@@ -106,113 +90,9 @@ class _Transaction:
     observed: list[tuple[Any, Any, float]] = field(default_factory=list)
 
 
-_RECEIPT_POSITION = struct.Struct(">IQ")  # input partition, input offset
-
-
 def _is_fatal(err: KafkaError) -> bool:
     """A fatal client error: the error callback reports it with code ``_FATAL`` and ``fatal()`` False."""
     return err.fatal() or err.code() == KafkaError._FATAL
-
-
-def receipt_token(topic: str, partition: int, offset: int) -> bytes:
-    """The receipt of one input record: a tag of its topic, its partition and offset (20 bytes).
-
-    Big-endian, so one partition's receipts are one ordered range, swept by :class:`ReceiptSweep`.
-    """
-    return _topic_tag(topic) + _RECEIPT_POSITION.pack(partition, offset)
-
-
-@functools.lru_cache(maxsize=64)
-def _topic_tag(topic: str) -> bytes:
-    return hashlib.blake2b(topic.encode(), digest_size=8).digest()
-
-
-class ReceiptSweep:
-    """Drops the receipts of input records that stage 1 can no longer send twice.
-
-    A receipt exists to recognise a second copy of an input record's signature.  Stage 1
-    commits an input offset only once every signature below it is acknowledged, so:
-
-    1. read stage 1's committed input offsets ``C[p]`` (its consumer group), *then* the
-       signatures topic's end offset ``H``: every copy of every input record below ``C[p]`` is
-       in the signatures topic below ``H``;
-    2. once the decision stage has committed past ``H``, every such copy has been answered or
-       skipped, so the receipts of input offsets below ``C[p]`` are never needed again.
-
-    Step 1 runs on the broker probe's thread (admin requests), step 2 in the decision loop.
-    """
-
-    def __init__(self, service: ServiceConfig) -> None:
-        self.service = service
-        self.target: tuple[dict[int, int], int] | None = None  # (C, H) waiting for the commit to pass H
-        self.done: dict[int, int] = {}  # the offsets below which receipts were dropped, per partition
-
-    def read_target(self, admin: Any, timeout: float) -> None:
-        """Step 1 (a blocking admin round trip)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions
-        from confluent_kafka.admin import OffsetSpec
-
-        svc = self.service
-        meta = admin.list_topics(svc.input_topic, timeout=timeout).topics.get(svc.input_topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            return
-        request = ConsumerGroupTopicPartitions(svc.app_id, [TopicPartition(svc.input_topic, p)
-                                                            for p in sorted(meta.partitions)])
-        group = admin.list_consumer_group_offsets([request], request_timeout=timeout)[svc.app_id].result(timeout)
-        committed = {tp.partition: tp.offset for tp in group.topic_partitions
-                     if tp.error is None and tp.offset >= 0 and tp.offset > self.done.get(tp.partition, 0)}
-        if not committed:
-            return
-        sig = TopicPartition(svc.signatures_topic, 0)
-        end = admin.list_offsets({sig: OffsetSpec.latest()}, request_timeout=timeout)[sig].result(timeout)
-        self.target = (committed, end.offset)
-
-    def apply(self, dedup: Any, committed_offset: int | None) -> int:
-        """Step 2, when the commit has passed ``H``; returns the partitions swept."""
-        if self.target is None or committed_offset is None or committed_offset < self.target[1]:
-            return 0
-        below, _end = self.target
-        topic = self.service.input_topic
-        for partition, offset in below.items():
-            dedup.forget_receipts(receipt_token(topic, partition, 0), receipt_token(topic, partition, offset))
-            self.done[partition] = offset
-        self.target = None
-        return len(below)
-
-
-def decisions_group(service: ServiceConfig) -> str:
-    return f"{service.app_id}.decisions"
-
-
-def transactional_id(service: ServiceConfig) -> str:
-    return f"{service.app_id}.decisions.{service.signatures_topic}-0"
-
-
-def open_index(engine: EngineConfig, path: Path, timeout: float = 30.0) -> Any:
-    """The engine on ``path``, waiting out the lock of a previous process that is still exiting."""
-    from stream_dedup.engine import Deduplicator
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return Deduplicator(engine, path)
-        except Exception as exc:  # rocksdict raises a plain Exception for the LOCK file
-            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                raise
-            time.sleep(0.25)
-
-
-def _warm_up(engine: EngineConfig) -> None:
-    """Load the engine's compiled kernels now (a scratch index), not on the first article's clock."""
-    import tempfile
-
-    from stream_dedup.engine import Deduplicator
-    from stream_dedup.record import parse_record
-
-    text = " ".join(f"warm{i} up the compiled kernels of the decision stage" for i in range(8))
-    with tempfile.TemporaryDirectory(prefix="stream-dedup-warm-") as tmp, Deduplicator(engine, tmp) as d:
-        for i in range(2):  # the second one verifies a candidate
-            d.process(parse_record(f'{{"id": "w{i}", "text": "{text}"}}'.encode(), engine))
 
 
 class DecisionStage:
@@ -224,9 +104,9 @@ class DecisionStage:
         self.engine_config = engine
         self.metrics = metrics or Metrics()
         self.client_conf = kafka_config.service_client_config(service)
-        self.dlq_budget = dlq_budget
-        _warm_up(engine)
+        warm_up(engine)
         self.dedup = open_index(engine, Path(service.data_dir) / "index")
+        self.decider = Decider(service, self.dedup, self.metrics, self._produce, dlq_budget)
         self.topic = service.signatures_topic
         self.owned = False
         self.needs_reconcile = False
@@ -234,34 +114,17 @@ class DecisionStage:
         self._stop = threading.Event()
         self.state = "joining the group"
         self.broker_error: str | None = None  # the last client error, cleared when records flow
-        self.probe_error: str | None = None   # set and cleared by the broker probe only
         self.commit_started: float | None = None
-        self.last_applied = self.dedup.checkpoint(catchup.CHECKPOINT_NAME)
         self.committed: int | None = None
         self._txn: _Transaction | None = None
-        self.decide_errors = 0
         self.fatal: str | None = None
         self.client_fatal: str | None = None  # a fatal librdkafka error: this consumer is unusable
         self._last_evict = time.monotonic()
         self.sweep = ReceiptSweep(service)
+        self.probe = BrokerProbe(service, self.client_conf, self._stop, self.sweep, lambda: self.owned)
         self._last_gauges = 0.0
-        self.consumer = Consumer({
-            **self.client_conf,
-            "group.id": decisions_group(service),
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "range",
-            "group.instance.id": kafka_config.instance_id(service),  # static membership, as for stage 1
-            "session.timeout.ms": int(service.session_timeout * 1000),
-            "heartbeat.interval.ms": max(500, min(3000, int(service.session_timeout * 1000 / 5))),
-            "max.poll.interval.ms": 600_000,
-            # one partition: a parked fetch returns as soon as a record arrives, so a long wait costs
-            # no latency, while a short one makes an idle stage poll the broker (10 ms: 100 fetches/s)
-            "fetch.wait.max.ms": 500,
-            "error_cb": self._on_error,
-        })
+        self.consumer = Consumer(kafka_config.decisions_consumer_config(service, self.client_conf,
+                                                                        error_cb=self._on_error))
 
     # ------------------------------------------------------------------ public
     def stop(self) -> None:
@@ -271,54 +134,20 @@ class DecisionStage:
         reasons = []
         if self.fatal:
             reasons.append(f"decision stage failed: {self.fatal}")
-        if self.probe_error:
-            reasons.append(f"cannot reach the broker: {self.probe_error}")
+        if self.probe.error:
+            reasons.append(f"cannot reach the broker: {self.probe.error}")
         elif self.broker_error:
             reasons.append(f"cannot reach the broker: {self.broker_error}")
         if self.commit_started is not None and time.monotonic() - self.commit_started > SLOW_COMMIT:
             reasons.append("waiting for the broker to commit a transaction")
         if self.state == "catching up":
             reasons.append("index catching up")
-        return {"state": self.state, "owns": self.owned, "index_checkpoint": self.last_applied,
+        return {"state": self.state, "owns": self.owned, "index_checkpoint": self.decider.last_applied,
                 "committed_offset": self.committed, "reasons": reasons}
-
-    def _probe_broker(self) -> None:
-        """Every PROBE_INTERVAL s, ask the broker for the signatures topic's metadata.
-
-        Every ``--receipt-sweep`` s it also reads what :class:`ReceiptSweep` needs.
-
-        A frozen or partitioned broker answers nothing and librdkafka reports it only after its
-        socket timeout (a minute); the probe makes ``/readyz`` say so within seconds.
-        """
-        from confluent_kafka.admin import AdminClient
-
-        # a handle of its own: a metadata request on the consumer's handle can wait behind its
-        # consume() far longer than its timeout (measured: 14 s of a 20 s broker freeze)
-        admin = AdminClient(self.client_conf)
-        next_sweep = time.monotonic() + float(self.service.receipt_sweep)
-        while not self._stop.wait(PROBE_INTERVAL):
-            try:
-                admin.list_topics(self.topic, timeout=PROBE_INTERVAL)
-                if self.probe_error is not None:
-                    log.info("decision stage: the broker answers again")
-                    self.probe_error = None
-                every = float(self.service.receipt_sweep)
-                if every > 0 and self.owned and self.sweep.target is None and time.monotonic() >= next_sweep:
-                    next_sweep = time.monotonic() + every
-                    try:
-                        self.sweep.read_target(admin, timeout=10.0)
-                    except Exception:  # noqa: BLE001 - tried again next time
-                        log.debug("receipt sweep: reading the offsets failed", exc_info=True)
-            except Exception as exc:  # noqa: BLE001 - KafkaException, or the consumer is closed
-                if self._stop.is_set():
-                    return
-                if self.probe_error is None:
-                    log.warning("decision stage: %s in %.0f s (%s)", NO_ANSWER, PROBE_INTERVAL, exc)
-                self.probe_error = f"{NO_ANSWER} in {PROBE_INTERVAL:.0f} s"
 
     def run(self) -> int:
         """0 after :meth:`stop`; 3 after a fatal error."""
-        threading.Thread(target=self._probe_broker, name="stream-dedup-broker-probe", daemon=True).start()
+        self.probe.start()
         self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_lost)
         code = 0
@@ -406,11 +235,12 @@ class DecisionStage:
             time.sleep(0.5)
             self.consumer.consume(1, timeout=0)  # serve rebalance callbacks
             return
-        expected = 0 if self.last_applied is None else self.last_applied + 1
-        log.info("decision stage: index at signature offset %s, group committed %s", self.last_applied, committed)
+        last_applied = self.decider.last_applied
+        expected = 0 if last_applied is None else last_applied + 1
+        log.info("decision stage: index at signature offset %s, group committed %s", last_applied, committed)
         if committed is not None and committed > expected:
             self.state = "catching up"
-            catchup.replay(self.client_conf, self.topic, 0, expected, committed, self._apply_only,
+            catchup.replay(self.client_conf, self.topic, 0, expected, committed, self.decider.apply_only,
                            should_stop=lambda: self._stop.is_set() or not self.owned,
                            tick=lambda: self.consumer.consume(1, timeout=0))
             if self._stop.is_set() or not self.owned:
@@ -425,19 +255,8 @@ class DecisionStage:
         log.info("decision stage: deciding from signature offset %d", start)
 
     def _new_producer(self) -> Producer:
-        conf = {**self.client_conf, "transactional.id": transactional_id(self.service),
-                # commit_transaction() sends what lingers at once, so lingering costs no latency; a
-                # short linger woke the sender for every few events and each produce() waited on it
-                # (measured: decision stage 58-61 % of the engine's decide rate with 1 ms, 72 % with 50)
-                "linger.ms": 50, "delivery.report.only.error": True,
-                # right after a commit the coordinator answers CONCURRENT_TRANSACTIONS until the
-                # markers are written; librdkafka's default 100 ms backoff made every
-                # send_offsets_to_transaction take ~90 ms (measured), 5 ms makes it ~2 ms
-                "retry.backoff.ms": 5, "retry.backoff.max.ms": 50, "on_delivery": self._on_delivery,
-                "error_cb": self._on_error, "message.max.bytes": 16 * 1024 * 1024,
-                "queue.buffering.max.messages": max(100_000, 4 * int(self.service.batch_size)),
-                "transaction.timeout.ms": 60_000}
-        producer = Producer(conf)
+        producer = Producer(kafka_config.transactional_producer_config(
+            self.service, self.client_conf, on_delivery=self._on_delivery, error_cb=self._on_error))
         while True:
             try:
                 producer.init_transactions(60)
@@ -489,7 +308,7 @@ class DecisionStage:
         try:
             while True:
                 if records:
-                    self._decide_records(records, txn.observed)
+                    self.decider.decide_records(records, txn.observed)
                     txn.next_offset = records[-1].offset() + 1
                     txn.count += len(records)
                 left = deadline - time.monotonic()
@@ -522,7 +341,7 @@ class DecisionStage:
         self.metrics.transaction_records.observe(txn.count)
         self._txn = None
         self.committed = txn.next_offset
-        self._observe(txn.observed)
+        self.decider.observe(txn.observed)
 
     def _retry(self, op: Callable[[], Any]) -> None:
         while True:
@@ -560,179 +379,6 @@ class DecisionStage:
                 return
             except BufferError:
                 producer.poll(0.05)
-
-    def _decide_records(self, msgs: list[Any], observed: list[tuple[Any, Any, float]]) -> None:
-        """Answer each signature record once, in offset order, deciding runs of fresh articles in batches.
-
-        A run of signature records whose input records were never answered goes to the engine's
-        batched path (:meth:`Deduplicator.decide_batch`: one multi-get per key kind, one atomic
-        write with the run's last checkpoint, each article at its own event time). Anything else
-        (a reject record, an input record decided before at this offset by a transaction that did
-        not commit) ends the run and takes the one-record path. A second copy of an input record
-        (stage 1 is at-least-once) is skipped, whether its first copy is in the index or earlier in
-        the same run.
-        """
-        run: list[tuple[Any, SignatureRecord, bytes]] = []
-        in_run: set[bytes] = set()
-        for m in msgs:
-            rec, token = self._decode(m)
-            if token in in_run:
-                self.metrics.redelivered.inc()
-                continue
-            prior = self.dedup.receipt(token)
-            if prior is not None and prior[0] != m.offset():
-                self.metrics.redelivered.inc()  # a second copy of an input record already answered
-                continue
-            if prior is None and isinstance(rec, SignatureRecord):
-                run.append((m, rec, token))
-                in_run.add(token)
-                continue
-            self._decide_run(run, observed)
-            run, in_run = [], set()
-            self._decide_one(m, observed, rec, token, prior)
-        self._decide_run(run, observed)
-
-    def _decode(self, m: Any) -> tuple[SignatureRecord | RejectRecord, bytes]:
-        """The record of signature message ``m`` (an undecodable one becomes a reject) and its receipt token."""
-        try:
-            rec: SignatureRecord | RejectRecord = decode_stage_record(m.value())
-        except SignatureDecodeError as exc:
-            rec = reject_record(reason=PROCESSING_ERROR, detail=f"bad signature record: {exc}", key=m.key(),
-                                value=m.value() or b"", headers=m.headers(), topic=self.topic, partition=0,
-                                offset=m.offset(), timestamp_ms=m.timestamp()[1], budget=self.dlq_budget)
-        return rec, receipt_token(rec.source_topic, rec.source_partition, rec.source_offset)
-
-    def _decide_run(self, run: list[tuple[Any, SignatureRecord, bytes]], observed: list[tuple[Any, Any, float]]) -> None:
-        """Decide a run of fresh signature records in one engine batch and produce their events.
-
-        If the batch raises, it wrote nothing: its records are decided one by one, so that only
-        the record that fails goes to the dead-letter topic.
-        """
-        from stream_dedup.fingerprint import Fingerprint
-
-        if not run:
-            return
-        if len(run) == 1:
-            m, rec, token = run[0]
-            self._decide_one(m, observed, rec, token, None)
-            return
-        t0 = time.perf_counter()
-        try:
-            decisions = self.dedup.decide_batch(
-                [rec.article_id for _, rec, _ in run], [Fingerprint.from_bytes(rec.fingerprint) for _, rec, _ in run],
-                now=[rec.timestamp_ms / 1000.0 for _, rec, _ in run],
-                checkpoints=[(catchup.CHECKPOINT_NAME, m.offset()) for m, _, _ in run],
-                receipts=[token for _, _, token in run])
-        except Exception:  # noqa: BLE001 - isolate the record that fails
-            log.warning("a batch of %d decisions failed; deciding its records one by one", len(run), exc_info=True)
-            for m, rec, token in run:
-                self._decide_one(m, observed, rec, token, None)
-            return
-        self.decide_errors = 0
-        each = (time.perf_counter() - t0) / len(run)
-        processed_at = time.time()
-        for (_m, rec, _token), decision in zip(run, decisions, strict=True):
-            self._emit(rec, decision, processed_at)
-            observed.append((rec, decision, each + rec.engine_us / 1e6))
-        self.last_applied = run[-1][0].offset()
-
-    def _emit(self, rec: SignatureRecord, decision: Any, processed_at: float) -> None:
-        value = encode_json(output_event(decision.to_event(), rec, processed_at))
-        topic = self.service.duplicates_topic if decision.is_duplicate else self.service.new_topic
-        self._produce(topic, value, rec.article_id.encode("utf-8"))
-
-    def _decide_one(self, m: Any, observed: list[tuple[Any, Any, float]], rec: SignatureRecord | RejectRecord,
-                    token: bytes, prior: tuple[int, bool] | None) -> None:
-        """One record (not a second copy): decide it or replay its uncommitted decision, or dead-letter it."""
-        from stream_dedup.fingerprint import Fingerprint
-
-        offset = m.offset()
-        checkpoint = (catchup.CHECKPOINT_NAME, offset)
-        t0 = time.perf_counter()
-        if isinstance(rec, SignatureRecord):
-            decision = None
-            if prior is not None:  # decided at this offset by a transaction that did not commit
-                decision = self.dedup.decision_of(rec.article_id)
-                if decision is not None:
-                    decision.seen_before = prior[1]
-            if decision is None:
-                try:
-                    fp = Fingerprint.from_bytes(rec.fingerprint)
-                    decision = self.dedup.decide(rec.article_id, fp, now=rec.timestamp_ms / 1000.0,
-                                                 checkpoint=checkpoint, receipt=token)
-                    self.decide_errors = 0
-                except Exception as exc:  # noqa: BLE001 - one poisonous record must not stop the stream
-                    self.decide_errors += 1
-                    if self.decide_errors >= MAX_CONSECUTIVE_DECIDE_ERRORS:
-                        raise FatalError(f"{self.decide_errors} decisions in a row failed: {exc!r}") from exc
-                    log.exception("decision for %r failed", rec.article_id)
-                    rec = reject_record(reason=PROCESSING_ERROR, detail=f"decision failed: {type(exc).__name__}: {exc}",
-                                        key=m.key(), value=m.value() or b"", headers=(), topic=rec.source_topic,
-                                        partition=rec.source_partition, offset=rec.source_offset,
-                                        timestamp_ms=rec.timestamp_ms, budget=self.dlq_budget)
-            if isinstance(rec, SignatureRecord):
-                self.last_applied = offset
-                self._emit(rec, decision, time.time())
-                observed.append((rec, decision, time.perf_counter() - t0 + rec.engine_us / 1e6))
-                return
-        if prior is None:
-            self.dedup.record_receipt(token, checkpoint)
-        self.last_applied = offset
-        key, value, headers = rec.dead_letter()
-        self._produce(self.service.dlq_topic, value, key, headers)
-        observed.append((rec, rec.reason, 0.0))
-
-    def _apply_only(self, offset: int, data: bytes) -> None:
-        """Catch-up: put a record the group already committed into the index, producing nothing."""
-        from stream_dedup.fingerprint import Fingerprint
-
-        try:
-            rec = decode_stage_record(data)
-        except SignatureDecodeError:
-            rec = None
-        checkpoint = (catchup.CHECKPOINT_NAME, offset)
-        # the same input record as _decide_one names it (an undecodable one by its own coordinates)
-        token = (receipt_token(rec.source_topic, rec.source_partition, rec.source_offset) if rec is not None
-                 else receipt_token(self.topic, 0, offset))
-        if self.dedup.receipt(token) is not None:
-            pass  # applied before
-        elif isinstance(rec, SignatureRecord):
-            try:
-                self.dedup.decide(rec.article_id, Fingerprint.from_bytes(rec.fingerprint),
-                                  now=rec.timestamp_ms / 1000.0, checkpoint=checkpoint, receipt=token)
-            except ValueError:
-                self.dedup.record_receipt(token, checkpoint)  # it went to the DLQ
-        else:
-            self.dedup.record_receipt(token, checkpoint)  # a dead letter: only its receipt is kept
-        self.last_applied = offset
-
-    # ------------------------------------------------------------------ metrics, errors, housekeeping
-    def _observe(self, observed: list[tuple[Any, Any, float]]) -> None:
-        """Metrics of a committed transaction's records (counted in bulk: one ``inc`` per label)."""
-        m = self.metrics
-        m.index_articles.set(len(self.dedup))
-        now = time.time()
-        counts: Counter[tuple[Any, str]] = Counter()  # (labelled counter, its one label value) -> n
-        processing, end_to_end, candidates, similarity = (m.processing_seconds.observe, m.end_to_end_seconds.observe,
-                                                          m.candidates.observe, m.similarity.observe)
-        for rec, decision, engine_s in observed:
-            if isinstance(decision, str):
-                counts[m.dead_letters, decision] += 1
-                continue
-            processing(engine_s)
-            end_to_end(max(0.0, now - rec.timestamp_ms / 1000.0))
-            if decision.seen_before:
-                continue  # a repeated id: counted when first decided
-            candidates(decision.candidates)
-            if decision.is_duplicate:
-                counts[m.articles, "duplicate"] += 1
-                counts[m.duplicates_by_method, str(decision.method)] += 1
-                if decision.similarity is not None:
-                    similarity(decision.similarity)
-            else:
-                counts[m.articles, "new"] += 1
-        for (counter, label), n in counts.items():
-            counter.labels(label).inc(n)
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
@@ -784,20 +430,3 @@ class DecisionStage:
         self._drop_producer()
         self.dedup.close()
 
-
-def dlq_budget(client_conf: dict[str, Any], topics: list[str], default: int = 1_048_588) -> int:
-    """Bytes a dead letter may take: the smallest ``max.message.bytes`` of ``topics``, less a margin."""
-    from confluent_kafka.admin import AdminClient, ConfigResource
-
-    admin = AdminClient(client_conf)
-    sizes = []
-    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics],
-                                     request_timeout=30)
-    for fut in futures.values():
-        try:
-            entry = fut.result(timeout=30).get("max.message.bytes")
-            if entry is not None and entry.value:
-                sizes.append(int(entry.value))
-        except Exception:  # noqa: BLE001 - a topic we cannot describe: the broker default applies
-            log.debug("describe_configs failed", exc_info=True)
-    return max(16 * 1024, min(sizes or [default]) - DLQ_MARGIN)

@@ -1,4 +1,4 @@
-"""Create the worker's topics at startup (confluent-kafka AdminClient)."""
+"""Create the worker's topics at startup and read their limits (confluent-kafka AdminClient)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import time
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from stream_dedup.config import EngineConfig, ServiceConfig
 
 log = logging.getLogger(__name__)
 
 DAY_MS = 86_400_000
+#: bytes left for headers and framing below the dead-letter topic's max.message.bytes
+DLQ_MARGIN = 4096
 
 
 class TopicError(RuntimeError):
@@ -104,3 +106,19 @@ def wait_for_leaders(admin: AdminClient, names: list[str], timeout: float, min_p
             if time.monotonic() > deadline:
                 raise TopicError(f"topics without a leader after {timeout}s: {sorted(pending)}")
             time.sleep(0.2)
+
+
+def dlq_budget(client_conf: dict[str, Any], topics: list[str], default: int = 1_048_588) -> int:
+    """Bytes a dead letter may take: the smallest ``max.message.bytes`` of ``topics``, less a margin."""
+    admin = AdminClient(client_conf)
+    sizes = []
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics],
+                                     request_timeout=30)
+    for fut in futures.values():
+        try:
+            entry = fut.result(timeout=30).get("max.message.bytes")
+            if entry is not None and entry.value:
+                sizes.append(int(entry.value))
+        except Exception:  # noqa: BLE001 - a topic we cannot describe: the broker default applies
+            log.debug("describe_configs failed", exc_info=True)
+    return max(16 * 1024, min(sizes or [default]) - DLQ_MARGIN)

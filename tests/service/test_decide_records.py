@@ -1,4 +1,4 @@
-"""The decision stage's batched path (``DecisionStage._decide_records``) against its one-record path.
+"""The decision stage's batched path (``Decider.decide_records``) against its one-record path.
 
 Real engine, real RocksDB index, real signature records made by stage 1's code from the shared
 sample; only the Kafka clients are replaced: messages are plain objects and the producer records
@@ -99,17 +99,17 @@ def test_batched_decisions_equal_one_record_at_a_time(tmp_path: Path, chunk: int
     one, many = _stage(tmp_path, "one", engine), _stage(tmp_path, "many", engine)
     try:
         for m in msgs:
-            one._decide_records([m], [])
+            one.decider.decide_records([m], [])
         observed: list = []
         for i in range(0, len(msgs), chunk):
-            many._decide_records(msgs[i:i + chunk], observed)
+            many.decider.decide_records(msgs[i:i + chunk], observed)
         assert many.producer.sent == one.producer.sent
         topics = [t for t, _, _ in many.producer.sent]
         # every message answered once except the two second copies; the three bad ones dead-lettered
         assert len(many.producer.sent) == len(msgs) - 2
         assert topics.count(many.service.dlq_topic) >= 2  # the reject and the undecodable record
         assert many.metrics.redelivered._value.get() == one.metrics.redelivered._value.get() == 2
-        assert many.last_applied == one.last_applied == msgs[-1].offset()
+        assert many.decider.last_applied == one.decider.last_applied == msgs[-1].offset()
         assert len(observed) == len(msgs) - 2
         assert many.dedup.checkpoint(CHECKPOINT_NAME) == one.dedup.checkpoint(CHECKPOINT_NAME) == msgs[-1].offset()
         dups = sum(t == many.service.duplicates_topic for t in topics)

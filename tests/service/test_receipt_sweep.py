@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.engine import Deduplicator
-from stream_dedup.service.decisions import ReceiptSweep, receipt_token
+from stream_dedup.service.receipts import ReceiptSweep, receipt_token
 
 
 def test_sweep_waits_for_the_commit_then_drops_only_lower_offsets(tmp_path) -> None:
