@@ -16,6 +16,8 @@ MAX_SIMILARITIES = 1_000_000
 
 @dataclass
 class Summary:
+    """What a run counted: printed at its end (:meth:`text`), written by ``--summary-json`` (:meth:`as_dict`)."""
+
     lines: int = 0
     blank: int = 0
     new: int = 0

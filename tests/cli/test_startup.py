@@ -42,6 +42,15 @@ def test_importing_the_cli_loads_nothing_a_text_run_does_not_need() -> None:
     assert got["blas"] == "1"            # set before numpy loads OpenBLAS (a thread per core otherwise)
 
 
+def test_the_whole_parser_imports_no_engine() -> None:
+    """``stream-dedup --help`` builds every subcommand's arguments: their modules are imported, the engine
+    (numpy, RocksDB) and the other heavy modules only when a subcommand runs."""
+    heavy = ("stream_dedup.engine", "numpy", "rocksdict", *NOT_FOR_TEXT)
+    got = _in_subprocess("import json, sys; from stream_dedup.cli import build_parser; build_parser(); "
+                         f"print(json.dumps({{'loaded': [m for m in {heavy!r} if m in sys.modules]}}))")
+    assert got == {"loaded": []}
+
+
 def test_a_text_run_in_process_imports_no_html_parser(tmp_path: Path) -> None:
     code = (f"import json, sys; from stream_dedup import cli; "
             f"code = cli.main(['dedup', {str(SAMPLE)!r}, '--out', {str(tmp_path / 'o.jsonl')!r}, '-q']); "
