@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from stream_dedup import cli
+from stream_dedup.cli import dedup as dedup_command
 from stream_dedup.config import EngineConfig, ServiceConfig, env_name, load
 from stream_dedup.engine import Deduplicator
 from stream_dedup.lsh import candidate_probability, optimal_params
@@ -129,7 +130,7 @@ def test_dedup_file(dedup_input, tmp_path: Path) -> None:
     for r in rej:
         assert r["error"]
         assert r["truncated"] == (r["reason"] == "too_large")
-    assert len(next(r for r in rej if r["reason"] == "too_large")["record"]) == cli.REJECT_SAMPLE_BYTES
+    assert len(next(r for r in rej if r["reason"] == "too_large")["record"]) == dedup_command.REJECT_SAMPLE_BYTES
     assert "\\xe9" in next(r for r in rej if r["reason"] == "invalid_utf8")["record"]
 
     # the summary accounts for every line
@@ -194,7 +195,7 @@ def test_console_script_stdin_stdout(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bad_line", [
-    # ENGINE BUG 1 (cli.py run_dedup): an id with a lone surrogate escape is valid JSON and is decided,
+    # ENGINE BUG 1 (cli/dedup.py run_dedup): an id with a lone surrogate escape is valid JSON and is decided,
     # but ``out.write(json.dumps(event, ensure_ascii=False))`` raises UnicodeEncodeError on the UTF-8
     # output; main() reports "stream-dedup: 'utf-8' codec can't encode character '\\ud800' ...",
     # exits 2, and every later record is lost.

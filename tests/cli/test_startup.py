@@ -1,6 +1,6 @@
 """Issue 13, start-up of a small run: what a text run does not need is not imported, only the chosen
 subcommand's parser is built, and a run whose process ends without closing its temporary index (see
-``cli._release_state``) still writes its whole output, rejects and summary and deletes the index,
+``cli.process_end.release_state``) still writes its whole output, rejects and summary and deletes the index,
 while a kept ``--state`` is closed: the next run reads every article and ``--resume`` continues."""
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from stream_dedup import cli
+from stream_dedup.cli import dedup as dedup_command
+from stream_dedup.cli import process_end
 from stream_dedup.config import EngineConfig
 from stream_dedup.engine import Deduplicator
 
@@ -38,6 +40,15 @@ def test_importing_the_cli_loads_nothing_a_text_run_does_not_need() -> None:
     assert got["loaded"] == []
     assert got["patterns"] == 0          # the no-boundary patterns are compiled on first non-ASCII text
     assert got["blas"] == "1"            # set before numpy loads OpenBLAS (a thread per core otherwise)
+
+
+def test_the_whole_parser_imports_no_engine() -> None:
+    """``stream-dedup --help`` builds every subcommand's arguments: their modules are imported, the engine
+    (numpy, RocksDB) and the other heavy modules only when a subcommand runs."""
+    heavy = ("stream_dedup.engine", "numpy", "rocksdict", *NOT_FOR_TEXT)
+    got = _in_subprocess("import json, sys; from stream_dedup.cli import build_parser; build_parser(); "
+                         f"print(json.dumps({{'loaded': [m for m in {heavy!r} if m in sys.modules]}}))")
+    assert got == {"loaded": []}
 
 
 def test_a_text_run_in_process_imports_no_html_parser(tmp_path: Path) -> None:
@@ -82,7 +93,7 @@ def test_a_process_that_leaves_its_temporary_index_open_loses_nothing(tmp_path: 
     assert [r["line"] for r in _events(Path(f"{out}.rejects.jsonl"))] == [61]
     assert json.loads((tmp_path / "s.json").read_text())["records"] == 120
     # the same events as an in-process run, which closes its index
-    assert cli.main(["dedup", str(inp), "--out", str(ref), "-q"]) == 0 and cli._LEFT_OPEN == []
+    assert cli.main(["dedup", str(inp), "--out", str(ref), "-q"]) == 0 and process_end.LEFT_OPEN == []
     assert _events(out) == _events(ref) and len(_events(out)) == 120
 
 
@@ -107,13 +118,13 @@ def test_a_kept_state_is_closed_and_read_by_the_next_run(tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stderr
     assert _events(out) == _events(reference)
     with Deduplicator(EngineConfig(), state) as dedup:
-        assert dedup.index.checkpoint(cli._checkpoint_name(str(inp))) == 81
+        assert dedup.index.checkpoint(dedup_command._checkpoint_name(str(inp))) == 81
 
 
 def test_in_process_runs_close_their_index(tmp_path: Path) -> None:
     """``main(argv)`` returns (a test, a caller): the index is closed, nothing is left open."""
     state = tmp_path / "S"
     assert cli.main(["dedup", str(SAMPLE), "--out", str(tmp_path / "o.jsonl"), "--state", str(state), "-q"]) == 0
-    assert cli._LEFT_OPEN == [] and list(state.glob("*.sst"))
+    assert process_end.LEFT_OPEN == [] and list(state.glob("*.sst"))
     with Deduplicator(EngineConfig(), state) as dedup:   # its lock was released
         assert len(dedup) > 0

@@ -230,7 +230,7 @@ def ignored(path: str, patterns: list[str]) -> bool:
 
 
 @pytest.mark.parametrize("path", [".venv", ".git", ".venv/lib/python3.11/site-packages/x.py", ".git/HEAD",
-                                  ".pytest_cache", ".ruff_cache", "stream_dedup/__pycache__/cli.cpython-311.pyc",
+                                  ".pytest_cache", ".ruff_cache", "stream_dedup/cli/__pycache__/dedup.cpython-311.pyc",
                                   "data/index/000001.sst"])
 def test_dockerignore_excludes(path: str) -> None:
     assert ignored(path, ignore_patterns()), f"{path} would be sent to the Docker build context"

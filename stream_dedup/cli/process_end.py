@@ -1,0 +1,41 @@
+"""How a ``dedup`` run lets go of its index: closed at the end of the run or, for a temporary index
+when the process ends next, left open (:data:`LEFT_OPEN`) until :func:`end_process` ends the
+process without closing it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from ..engine import Deduplicator
+
+#: temporary indexes of finished runs, deleted but not closed, until the process ends (see
+#: :func:`stream_dedup.cli.main`)
+LEFT_OPEN: list[Deduplicator] = []
+
+
+def release_state(dedup: Deduplicator, leave_open: bool) -> None:
+    """Close the index at the end of a run or, for a temporary state when the process ends next
+    (``leave_open``), only stop its background work and keep it: closing flushes the memtables to
+    SST files, ~0.07 s with the default 2 GB budget however little they hold (their hash tables are
+    that size), for a directory deleted right after."""
+    if leave_open:
+        dedup.index.db.cancel_all_background(True)   # no flush or compaction writes into the directory
+        LEFT_OPEN.append(dedup)
+    else:
+        dedup.close()
+
+
+def end_process(code: int) -> NoReturn:
+    """End the process with ``code`` without closing the indexes in ``LEFT_OPEN`` (Python's own exit
+    would drop them, and dropping flushes them); output streams and log handlers are flushed first."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(code)
