@@ -54,7 +54,7 @@ helm:
 
 # The Kafka broker is started (and stopped) by the test session itself, see tests/conftest.py.
 test: install lint helm
-	HELM=$(STREAM_DEDUP_CACHE)/bin/helm $(PY) -m pytest -ra
+	HELM=$(STREAM_DEDUP_CACHE)/bin/helm $(PY) -m pytest -ra --durations=30
 
 test-unit: install
 	$(PY) -m pytest -ra -m "not kafka"
