@@ -229,8 +229,13 @@ class DedupWorker:
         except Exception:  # noqa: BLE001 - not assigned yet, rebalancing, broker unreachable
             return
         if owned != set(self._owned):
-            self._owned = sorted(owned)
-            self.order.forget(owned)  # a revoked partition's records are redelivered to its new owner
+            self._own(owned)
+
+    def _own(self, owned: set[Any]) -> None:
+        """The input partitions the merge waits for; a revoked one's held records are dropped
+        (they are redelivered to its new owner)."""
+        self._owned = sorted(owned)
+        self.order.forget(owned)
 
     async def _stage1_send(self, events: Sequence[faust.EventT], result: asyncio.Future,
                            previous: asyncio.Future | None, acker: _Acker, computing: asyncio.Semaphore) -> None:
@@ -274,9 +279,7 @@ class DedupWorker:
         # it does not know cannot hold the others back, so after a restart the first partition
         # fetched would go out whole before the others' older records (the timer's next look at
         # the assignment comes up to ORDER_INTERVAL later, after a broker round trip)
-        owned = {tp for tp in assigned if tp.topic == self.service.input_topic}
-        self._owned = sorted(owned)
-        self.order.forget(owned)
+        self._own({tp for tp in assigned if tp.topic == self.service.input_topic})
         log.info("assigned %d input partitions%s", len(assigned),
                  "" if assigned else ": standby (more workers than partitions)")
 

@@ -14,6 +14,7 @@ the event loop once, when it is complete (or fails).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Sequence
@@ -43,25 +44,12 @@ Record = tuple[bytes | None, bytes | None, int | None]
 
 
 class _Batch:
-    """Counts a batch's delivery reports (on librdkafka's polling thread)."""
+    """A batch's future and the count of its delivery reports still to come."""
 
-    __slots__ = ("future", "size", "left", "error", "producer")
+    __slots__ = ("future", "size", "left", "error")
 
-    def __init__(self, producer: AsyncProducer, future: asyncio.Future, size: int) -> None:
-        self.producer, self.future, self.size, self.left, self.error = producer, future, size, size, None
-
-    def on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        producer = self.producer
-        if err is None and producer.broker_error is not None:
-            log.info("producer: the broker is reachable again")
-            producer.broker_error = None
-        with producer._lock:  # noqa: SLF001 - the producer's own helper
-            self.left -= 1
-            if err is not None and self.error is None:
-                self.error = err
-                producer._finished(self)  # noqa: SLF001 - the first failure fails the batch at once
-            elif self.left == 0 and self.error is None:
-                producer._finished(self)  # noqa: SLF001
+    def __init__(self, future: asyncio.Future, size: int) -> None:
+        self.future, self.size, self.left, self.error = future, size, size, None
 
 
 class AsyncProducer:
@@ -91,8 +79,8 @@ class AsyncProducer:
         if not records:
             fut.set_result(0)
             return fut
-        batch = _Batch(self, fut, len(records))
-        produce, on_delivery = self._producer.produce, batch.on_delivery
+        batch = _Batch(fut, len(records))
+        produce, on_delivery = self._producer.produce, functools.partial(self._delivered, batch)
         for value, key, partition in records:
             while True:
                 try:
@@ -134,18 +122,23 @@ class AsyncProducer:
             log.warning("producer: %s (retrying)", message)
         self.broker_error = message
 
-    def _finished(self, batch: _Batch) -> None:
-        """(Under the lock.)  Hand a complete or failed batch to the event loop."""
-        first = not self._done
-        self._done.append(batch)
+    def _delivered(self, batch: _Batch, err: KafkaError | None, msg: Any) -> None:
+        """One delivery report (polling thread): a batch complete, or at its first failure, goes to the loop."""
+        if err is None and self.broker_error is not None:
+            log.info("producer: the broker is reachable again")
+            self.broker_error = None
+        with self._lock:
+            batch.left -= 1
+            if batch.error is not None or (err is None and batch.left):
+                return  # already handed over (failed), or more reports to come
+            batch.error = err
+            first = not self._done
+            self._done.append(batch)
         if first:
-            self._wake()
-
-    def _wake(self) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._deliver)
-        except RuntimeError:  # the loop is closed: nobody waits any more
-            pass
+            try:
+                self._loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
 
     def _deliver(self) -> None:
         with self._lock:
