@@ -213,13 +213,20 @@ def pytest_runtest_makereport(item, call):
 
 # ------------------------------------------------------------------ Kafka helpers
 
-def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes, int | None]],
-            headers: list | None = None) -> list[tuple[int, int, int]]:
-    """Produce ``(key, value, partition|None)`` records in order; return ``(partition, offset, ts_ms)``."""
+def make_producer(bootstrap: str) -> Any:
+    """An idempotent producer; a test that produces in many calls keeps one (creating one costs ~0.3 s)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                         "enable.idempotence": True, "message.max.bytes": 10_000_000})
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
+                     "enable.idempotence": True, "message.max.bytes": 10_000_000})
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes, int | None]],
+            headers: list | None = None, producer: Any = None) -> list[tuple[int, int, int]]:
+    """Produce ``(key, value, partition|None)`` records in order; return ``(partition, offset, ts_ms)``.
+
+    With ``producer`` (from ``make_producer``) the records go through it; otherwise through a new one."""
+    producer = producer or make_producer(bootstrap)
     results: list[Any] = []
 
     def make_cb(i: int):
@@ -344,6 +351,7 @@ def kio(kafka_bootstrap: str) -> SimpleNamespace:
     return SimpleNamespace(
         bootstrap=kafka_bootstrap,
         produce=lambda topic, records, **kw: produce(kafka_bootstrap, topic, records, **kw),
+        producer=lambda: make_producer(kafka_bootstrap),
         consume_all=lambda topics, **kw: consume_all(kafka_bootstrap, topics, **kw),
         committed_offsets=lambda group, topic, n: committed_offsets(kafka_bootstrap, group, topic, n),
         metric_value=metric_value, http_get=http_get, load_news=load_news,

@@ -42,10 +42,11 @@ class Feed(threading.Thread):
     def run(self) -> None:
         try:
             chunk = max(1, int(self.rate / 10))
+            producer = self.kio.producer()
             for i in range(0, len(self.records), chunk):
                 t0 = time.monotonic()
                 batch = [(k, v, (i + j) % PARTITIONS) for j, (k, v) in enumerate(self.records[i:i + chunk])]
-                self.positions += [(p, o) for p, o, _ts in self.kio.produce(self.topic, batch)]
+                self.positions += [(p, o) for p, o, _ts in self.kio.produce(self.topic, batch, producer=producer)]
                 time.sleep(max(0.0, 0.1 - (time.monotonic() - t0)))
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
@@ -76,19 +77,17 @@ def test_sigkill_cycles_lose_and_double_nothing(kio, kafka_topics, worker_topics
     # receipts swept every second: a sweep that dropped one too early shows up as a doubled event
     w = start_worker(t, name="w0", data_dir=data_dir, batch_size=50, receipt_sweep=1)
     w.wait_ready(timeout=90)
-    feed = Feed(kio, t.input, traffic(kio, 1200), rate=150)
+    feed = Feed(kio, t.input, traffic(kio, 1200), rate=75)  # ~39 s: the five kills fall inside it
     feed.start()
     rnd = random.Random(7)
-    kills = 0
     for cycle in range(5):
         time.sleep(rnd.uniform(1.5, 3.5))
         assert w.alive(), w.log_tail()
+        assert feed.is_alive(), f"the feed ended before kill {cycle + 1}: the kills must fall while records arrive"
         w.signal(signal.SIGKILL)
         w.wait(timeout=30)
-        kills += 1
         w = start_worker(t, name=f"w{cycle + 1}", data_dir=data_dir, batch_size=50, receipt_sweep=1)
         w.wait_ready(timeout=90)
-    assert feed.is_alive() or kills == 5
     feed.join(timeout=120)
     assert_exactly_once(kio, t, feed)
     deadline = time.monotonic() + 30
@@ -202,7 +201,7 @@ def test_decision_owner_killed_and_third_worker_joining(kio, kafka_topics, worke
     workers = [start_worker(t, name=f"w{i}") for i in range(2)]
     for w in workers:
         w.wait_ready(timeout=90)
-    feed = Feed(kio, t.input, traffic(kio, 900), rate=150)
+    feed = Feed(kio, t.input, traffic(kio, 900), rate=75)  # ~29 s: the kill and the join fall inside it
     feed.start()
     time.sleep(3)
     owner = wait_decision_owner(workers)
@@ -220,6 +219,7 @@ def test_decision_owner_killed_and_third_worker_joining(kio, kafka_topics, worke
     assert took_over is not None, survivor.log_tail()
     print(f"the survivor decides {took_over:.1f} s after the owner was killed (session timeout 6 s)")
     assert took_over < 6 + 10
+    assert feed.is_alive(), "the feed ended before the third worker joined: the join must fall under load"
     third = start_worker(t, name="w-third")  # a rebalance under load
     third.wait_ready(timeout=90)
     feed.join(timeout=180)
