@@ -6,8 +6,9 @@ the articles the previous owner indexed.  Every signature record ever decided is
 signatures topic, so the new owner replays ``signatures-0`` from its local checkpoint + 1 up to
 the group's committed offset with a separate confluent-kafka consumer (manual ``assign``, no
 group membership, no commits), applying each record to the index without producing anything
-(:meth:`stream_dedup.service.deciding.Decider.apply_only`).  The checkpoint is stored
-atomically with each insert, so a catch-up that is interrupted resumes where it stopped.
+(:meth:`stream_dedup.service.deciding.Decider.apply_records`: each fetched chunk in engine
+batches, as the live path decides).  The checkpoint is stored atomically with each batch's
+inserts, so a catch-up that is interrupted resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ CHECKPOINT_NAME = "signatures"
 
 
 def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, end: int,
-           apply: Callable[[int, bytes], None], *, batch: int = 500,
+           apply: Callable[[list[tuple[int, bytes]]], None], *, batch: int = 500,
            stall_timeout: float = 60.0, should_stop: Callable[[], bool] | None = None,
            tick: Callable[[], Any] | None = None) -> int:
-    """Feed records ``[start, end)`` of ``topic[partition]`` to ``apply(offset, value)``.
+    """Feed records ``[start, end)`` of ``topic[partition]`` to ``apply([(offset, value), ...])``,
+    one call per fetched chunk (at most ``batch`` records), in offset order.
 
     ``tick`` is called after every batch (the decision stage serves its group membership there).
 
@@ -73,6 +75,7 @@ def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, 
                 if time.monotonic() - last_progress > stall_timeout:
                     raise TimeoutError(f"catch-up stalled at {topic}[{partition}] offset {position}")
                 continue
+            chunk: list[tuple[int, bytes]] = []
             for m in msgs:
                 err = m.error()
                 if err is not None:
@@ -85,9 +88,11 @@ def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, 
                 if offset >= end:
                     position = end
                     break
-                apply(offset, m.value())
-                applied += 1
-                position = offset + 1
+                chunk.append((offset, m.value()))
+            if chunk:
+                apply(chunk)
+                applied += len(chunk)
+                position = max(position, chunk[-1][0] + 1)
             last_progress = time.monotonic()
             if tick is not None:
                 tick()

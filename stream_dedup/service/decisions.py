@@ -240,7 +240,7 @@ class DecisionStage:
         log.info("decision stage: index at signature offset %s, group committed %s", last_applied, committed)
         if committed is not None and committed > expected:
             self.state = "catching up"
-            catchup.replay(self.client_conf, self.topic, 0, expected, committed, self.decider.apply_only,
+            catchup.replay(self.client_conf, self.topic, 0, expected, committed, self.decider.apply_records,
                            should_stop=lambda: self._stop.is_set() or not self.owned,
                            tick=lambda: self.consumer.consume(1, timeout=0))
             if self._stop.is_set() or not self.owned:

@@ -118,3 +118,54 @@ def test_batched_decisions_equal_one_record_at_a_time(tmp_path: Path, chunk: int
         for s in (one, many):
             s.dedup.close()
             s.consumer.close()
+
+
+def _index_state(stage: DecisionStage, msgs: list[Msg]) -> tuple:
+    """What the index holds after the messages: each article's stored decision, each receipt, the checkpoint."""
+    from stream_dedup.service.receipts import receipt_token
+    from stream_dedup.service.serialization import SignatureDecodeError, decode_stage_record
+
+    decisions, receipts = {}, {}
+    for m in msgs:
+        try:
+            rec = decode_stage_record(m.value())
+        except SignatureDecodeError:
+            continue
+        token = receipt_token(rec.source_topic, rec.source_partition, rec.source_offset)
+        receipts[token] = stage.dedup.receipt(token)
+        if hasattr(rec, "article_id"):
+            d = stage.dedup.decision_of(rec.article_id)
+            decisions[rec.article_id] = None if d is None else d.to_event()
+    return decisions, receipts, stage.dedup.checkpoint(CHECKPOINT_NAME), len(stage.dedup)
+
+
+@pytest.mark.parametrize("chunk", [5, 500])
+def test_catch_up_in_batches_equals_one_record_at_a_time(tmp_path: Path, chunk: int) -> None:
+    """The catch-up (``apply_records``, a fetched chunk at a time) leaves the index as ``apply_only``
+    one record at a time does, second copies, rejects and an undecodable record included; a later
+    catch-up over records already applied changes nothing, and the live path then decides alike."""
+    engine = EngineConfig()
+    msgs = _messages(engine)
+    head, tail = msgs[:200], msgs[200:]
+    one, many = _stage(tmp_path, "one", engine), _stage(tmp_path, "many", engine)
+    try:
+        for m in head:
+            one.decider.apply_only(m.offset(), m.value())
+        for i in range(0, len(head), chunk):
+            many.decider.apply_records([(m.offset(), m.value()) for m in head[i:i + chunk]])
+        assert many.producer.sent == one.producer.sent == []  # the catch-up produces nothing
+        state = _index_state(many, head)
+        assert state == _index_state(one, head)
+        assert sum(r is not None for r in state[1].values()) >= len(head) - 3   # a receipt per input record
+        assert state[2] == head[-1].offset() and many.decider.last_applied == head[-1].offset()
+        dups = sum(d is not None and d["type"] == "duplicate-of" for d in state[0].values())
+        assert dups > 10, dups
+        many.decider.apply_records([(m.offset(), m.value()) for m in head[:50]])  # applied before: no change
+        assert _index_state(many, head)[:2] == state[:2]
+        for s in (one, many):
+            s.decider.decide_records(tail, [])
+        assert many.producer.sent == one.producer.sent and len(many.producer.sent) > 20
+    finally:
+        for s in (one, many):
+            s.dedup.close()
+            s.consumer.close()
