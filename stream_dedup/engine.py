@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -355,7 +356,7 @@ class Deduplicator:
                 hits = (j >= c.jaccard_threshold, direction is not None,
                         ham <= c.simhash_k and j >= c.simhash_min_jaccard)  # minhash, containment, simhash
                 hits += (not any(hits) and rewrite.in_band(j, c.rewrite_jaccard, c.jaccard_threshold)
-                         and rewrite.passes(j, fp.identity, self.index.identity(raw[i]), n, stored_n,
+                         and rewrite.passes(j, fp.identity, partial(self.index.identity, raw[i]), n, stored_n,
                                             c.rewrite_jaccard, c.jaccard_threshold, c.rewrite_min_pairs,
                                             fp.words, self.index.words(raw[i]), c.rewrite_word_jaccard),)
             if not any(hits):

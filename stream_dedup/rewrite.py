@@ -22,6 +22,7 @@ with 8 shared pairs; the share and length conditions leave none of them. The loo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -114,14 +115,16 @@ def evidence(a: np.ndarray, b: np.ndarray, n: int, stored_n: int) -> tuple[int, 
     return shared, shared / smaller if smaller else 0.0, min(n, stored_n) / max(n, stored_n, 1)
 
 
-def passes(j: float, a: np.ndarray, b: np.ndarray, n: int, stored_n: int, low: float, high: float,
-           min_pairs: int, words_a: bytes = NO_WORDS, words_b: bytes = NO_WORDS, min_words: float = 0.0) -> bool:
+def passes(j: float, a: np.ndarray, b: np.ndarray | Callable[[], np.ndarray], n: int, stored_n: int, low: float,
+           high: float, min_pairs: int, words_a: bytes = NO_WORDS, words_b: bytes = NO_WORDS,
+           min_words: float = 0.0) -> bool:
     """The rule of the module docstring for a candidate with Jaccard estimate ``j`` (identity
-    sketches ``a``, ``b``; content-word bitmaps ``words_a``, ``words_b``)."""
+    sketches ``a``, ``b``; content-word bitmaps ``words_a``, ``words_b``). ``b`` may be a function
+    that returns the stored sketch: it is decoded only when the bitmaps cannot decide."""
     if not in_band(j, low, high) or min(n, stored_n) / max(n, stored_n, 1) < MIN_LENGTH:
         return False
     wj = word_jaccard(words_a, words_b) if min_words > 0 else None
     if wj is not None:
         return wj >= min_words
-    shared, share, _ = evidence(a, b, n, stored_n)
+    shared, share, _ = evidence(a, b() if callable(b) else b, n, stored_n)
     return shared >= min_pairs and share >= MIN_SHARE
