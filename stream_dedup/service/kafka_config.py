@@ -173,7 +173,6 @@ def service_client_config(service: ServiceConfig, **extra: Any) -> dict[str, Any
     return confluent_config(service, **{"log_level": 2, **extra})
 
 
-
 def decisions_group(service: ServiceConfig) -> str:
     return f"{service.app_id}.decisions"
 
