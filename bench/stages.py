@@ -1,11 +1,13 @@
 """Where the engine's time goes per article, stage by stage, on one core.
 
-    python bench/stages.py [--data ../shared/data] [--limit N]
+    python bench/stages.py [--data ../shared/data] [--limit N] [--batch 256]
 
-Runs ``parse_record`` + ``Deduplicator.process`` over the news stream (as bench/throughput.py
-does) with a timer around each stage's function, and prints the mean microseconds per article
-of each stage and of everything else. The timers add a little overhead (~0.1 us per call), so
-the total is slightly above bench/throughput.py's figure. Figures only, no asserts.
+Runs ``parse_record`` + ``Deduplicator.process_batch`` over the news stream, ``--batch`` records
+at a time as the ``dedup`` command does (``--batch 1``: one record per batch and per write), with a
+timer around each stage's function, and prints the mean microseconds per article of each stage and
+of everything else. A stage called inside another is counted in the outer one (the record reads
+of the verification are verification). The timers add a little overhead (~0.1 us per call), so the
+total is slightly above bench/throughput.py's figure. Figures only, no asserts.
 """
 
 from __future__ import annotations
@@ -26,25 +28,34 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data"
 
 STAGES = [  # (label, owner attribute path from the Deduplicator, method name)
     ("tokens + token hashes (folding, MurmurHash3)", "fingerprinter", "token_hashes"),
-    ("id and exact-hash reads", "index", "seq_of"),
-    ("id and exact-hash reads", "index", "exact_match"),
     ("SimHash permutations", "tables", "permute_all"),
     ("LSH bucket keys", "banding", "keys"),
-    ("lookups: LSH bucket multi-get + SimHash prefix seeks", "index", "lookup"),
-    ("verification of candidates", "", "_verify"),
-    ("index write (record, ids, buckets, tables: one batch)", "index", "insert"),
+    ("lookups: LSH bucket values + SimHash prefix seeks", "index", "lookup"),
+    ("verification of candidates (their records read)", "", "_verify"),
 ]
+BATCH_STAGES = [  # (label, BatchView method): the batch's reads and writes
+    ("id, exact-hash and LSH bucket multi-gets (prefetch)", "prefetch"),
+    ("id and exact-hash reads (one key)", "get_one"),
+    ("index write: the article's entries into the batch", "insert"),
+    ("index write: one atomic RocksDB write per batch", "commit"),
+]
+_depth = [0]
 
 
 def _timed(fn: Callable[..., Any], label: str, spent: dict[str, int]) -> Callable[..., Any]:
+    """``fn`` timed under ``label``, unless it runs inside another timed stage (counted there)."""
     clock = time.perf_counter_ns
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _depth[0]:
+            return fn(*args, **kwargs)
+        _depth[0] += 1
         t0 = clock()
         try:
             return fn(*args, **kwargs)
         finally:
             spent[label] += clock() - t0
+            _depth[0] -= 1
     return wrapper
 
 
@@ -52,6 +63,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=256, help="records per process_batch call (default: 256)")
     args = ap.parse_args()
     path = args.data / "news_stream.jsonl"
     if not path.exists():
@@ -64,6 +76,7 @@ def main() -> int:
 
     from stream_dedup import fingerprint as fingerprint_module
     from stream_dedup import passages as passages_module
+    from stream_dedup.batch import BatchView
     from stream_dedup.config import EngineConfig
     from stream_dedup.engine import Deduplicator
     from stream_dedup.record import parse_record
@@ -84,28 +97,36 @@ def main() -> int:
             sketch = kernels.sketch
             kernels.sketch = _timed(sketch, "MinHash + SimHash kernel (sketch)", spent)
             # so are the HTML extraction and the identity sketch (module-level names in fingerprint.py)
-            plain = {name: getattr(fingerprint_module, name) for name in ("html_to_text", "identity_sketch", "winnow")}
-            fingerprint_module.html_to_text = _timed(plain["html_to_text"], "HTML to text", spent)
-            fingerprint_module.identity_sketch = _timed(plain["identity_sketch"], "identity sketch", spent)
-            fingerprint_module.winnow = _timed(plain["winnow"], "passage anchors (winnowing kernel)", spent)
+            plain_labels = {"html_to_text": "HTML to text", "identity_sketch": "identity sketch",
+                            "winnow": "passage anchors (winnowing kernel)",
+                            "word_bitmap": "content-word bitmap (rewrite rule)", "exact_hash": "exact hash",
+                            "strip_flag": "headline flags"}
+            plain = {name: getattr(fingerprint_module, name) for name in plain_labels}
+            for name, label in plain_labels.items():
+                setattr(fingerprint_module, name, _timed(plain[name], label, spent))
             # the engine calls the passage functions through the module
             anchor_fns = {name: getattr(passages_module, name) for name in ("lookup", "posting_writes")}
             passages_module.lookup = _timed(anchor_fns["lookup"], "passage lists: multi-get + shared counts", spent)
             passages_module.posting_writes = _timed(anchor_fns["posting_writes"], "passage lists: appends", spent)
+            batch_fns = {name: getattr(BatchView, name) for _, name in BATCH_STAGES}
+            for label, name in BATCH_STAGES:
+                setattr(BatchView, name, _timed(batch_fns[name], label, spent))
             parse = _timed(parse_record, "JSON parse + record checks", spent)
             try:
                 t0 = time.perf_counter_ns()
-                for line in lines:
-                    dedup.process(parse(line, config))
+                for i in range(0, len(lines), args.batch):
+                    dedup.process_batch([parse(line, config) for line in lines[i:i + args.batch]])
                 total = time.perf_counter_ns() - t0
             finally:
+                for name, fn in batch_fns.items():
+                    setattr(BatchView, name, fn)
                 kernels.sketch = sketch
                 for name, fn in plain.items():
                     setattr(fingerprint_module, name, fn)
                 for name, fn in anchor_fns.items():
                     setattr(passages_module, name, fn)
     n = len(lines)
-    print(f"records: {n}  (one core; mean microseconds per article)")
+    print(f"records: {n}  (one core; batches of {args.batch}; mean microseconds per article)")
     print("| stage | us/article |")
     print("| --- | --- |")
     for label, ns in sorted(spent.items(), key=lambda kv: -kv[1]):
