@@ -227,7 +227,16 @@ class DecisionStage:
         return None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
 
     def _reconcile(self) -> None:
-        """Catch the index up to the committed offset, start the producer, assign from there."""
+        """Start the producer, catch the index up to the committed offset, assign from there.
+
+        The producer comes first: its ``init_transactions`` fences the previous owner's producer
+        and aborts the transaction it left open. Until then the offsets that transaction sent are
+        pending, and a ``read_committed`` consumer's committed-offset fetch waits for them to
+        settle: for up to ``transaction.timeout.ms`` (60 s) when the previous owner died
+        mid-transaction (measured in the owner-kill chaos test: the fetch timed out after 30 s).
+        """
+        if self.producer is None:
+            self.producer = self._new_producer()
         try:
             committed = self._committed_offset()
         except KafkaException as exc:
@@ -246,8 +255,6 @@ class DecisionStage:
             if self._stop.is_set() or not self.owned:
                 return
         start = committed if committed is not None else expected
-        if self.producer is None:
-            self.producer = self._new_producer()
         self.committed = start
         self.consumer.assign([TopicPartition(self.topic, 0, start)])
         self.needs_reconcile = False

@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -265,3 +266,56 @@ def test_flood_of_bad_records_all_reach_the_dlq(kio, kafka_topics, worker_topics
                                 text=True).stdout.strip() or 0)
     print(f"worker RSS after the flood: {rss_kb / 1024:.0f} MiB")
     assert rss_kb < 1_500_000
+
+
+_DEAD_OWNER = r"""
+import os, sys
+from confluent_kafka import Consumer, Producer, TopicPartition
+bootstrap, group, txn_id, signatures, out = sys.argv[1:6]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "transaction.timeout.ms": 60000})
+p.init_transactions(30)
+p.begin_transaction()
+p.produce(out, b'{"never": "committed"}')
+p.send_offsets_to_transaction([TopicPartition(signatures, 0, 1)], c.consumer_group_metadata(), 30)
+p.flush(10)
+print("offsets pending", flush=True)
+os._exit(0)  # dies mid-transaction: no commit, no abort
+"""
+
+
+def test_takeover_after_an_owner_died_mid_transaction_is_prompt(kio, kafka_topics, worker_topics, start_worker):
+    """An owner that dies after sending its transaction's offsets leaves them pending: a read_committed
+    fetch of the committed offset waits until the transaction ends. The next owner's producer must
+    fence it (aborting it) before that fetch, or the takeover waits out transaction.timeout.ms (60 s)."""
+    from stream_dedup.config import ServiceConfig
+    from stream_dedup.service import kafka_config
+
+    t = worker_topics
+    kafka_topics([t.input], partitions=PARTITIONS)
+    kafka_topics([t.signatures, t.new])
+    service = ServiceConfig(bootstrap_servers=kio.bootstrap, app_id=t.app_id, input_topic=t.input,
+                            signatures_topic=t.signatures)
+    dead = subprocess.run([sys.executable, "-c", _DEAD_OWNER, kio.bootstrap, kafka_config.decisions_group(service),
+                           kafka_config.transactional_id(service), t.signatures, t.new],
+                          capture_output=True, text=True, timeout=60)
+    assert "offsets pending" in dead.stdout, dead.stderr[-2000:]
+    started = time.monotonic()
+    w = start_worker(t, name="w0")
+    w.wait_ready(timeout=90)
+    deciding = None
+    while time.monotonic() - started < 90:
+        if w.readyz()[1].get("decision_state") == "deciding":
+            deciding = time.monotonic() - started
+            break
+        time.sleep(0.2)
+    assert deciding is not None, w.log_tail()
+    print(f"deciding {deciding:.1f} s after the start, the dead owner's transaction left open")
+    assert deciding < 25, w.log_tail()
+    feed = Feed(kio, t.input, traffic(kio, 40), rate=200)
+    feed.run()
+    assert_exactly_once(kio, t, feed)
+    # the dead owner's event was aborted: a read_committed reader never sees it
+    from eos_check import read_topic
+
+    assert not [m for m in read_topic(kio.bootstrap, [t.new], idle=1.0) if b"never" in (m.value() or b"")]
