@@ -1,11 +1,15 @@
 """Chaos run of the Kafka worker: SIGKILL cycles (and optional broker freezes) under load.
 
     .venv/bin/python bench/chaos.py [--cycles 20] [--rate 300] [--partitions 3] [--freeze-seconds 0]
+                                    [--workers 1]
 
 The whole shared news stream is produced round-robin to a fresh P-partition topic at ``--rate``
 records/s (bad records mixed in every 50th), while one worker on one data dir is SIGKILLed at
 random moments and restarted, ``--cycles`` times; with ``--freeze-seconds S`` every fifth cycle
-freezes the broker (SIGSTOP) for S seconds instead.  Then the committed outputs are read with
+freezes the broker (SIGSTOP) for S seconds instead.  With ``--workers N`` (N >= 2), N workers run,
+each on its own data dir, and each kill is of the worker whose decision stage decides at that
+moment (the failover case): the recovery time is then until another worker (or the restarted
+one) decides, and the killed worker is restarted on its data dir.  Then the committed outputs are read with
 ``read_committed`` and checked by ``tests/integration/eos_check.py``: lost, doubled and
 contradictory outputs per input record.  Also printed: how long each restart took to become
 ready again, and the quality of the worker's decisions (first event per article, scored like
@@ -103,6 +107,8 @@ def main() -> int:
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--workers", type=int, default=1,
+                    help="workers in the group; with 2 or more, each kill is of the decision-stage owner")
     args = ap.parse_args()
 
     lines = [ln.rstrip(b"\n") for ln in (args.data / "news_stream.jsonl").open("rb") if ln.strip()]
@@ -152,10 +158,20 @@ def main() -> int:
     run_dir = Path(os.environ.get("KAFKA_RUN_DIR", "/tmp/stream-dedup-kafka"))
     if args.freeze_seconds and (run_dir / "kafka.pid").exists():
         broker_pid = int((run_dir / "kafka.pid").read_text().strip())
-    worker = Worker(bootstrap, prefix, data_dir, [])
+    dirs = [data_dir] if args.workers <= 1 else [tempfile.mkdtemp(prefix=f"w{i}-", dir=data_dir)
+                                                 for i in range(args.workers)]
+    workers = [Worker(bootstrap, prefix, d, []) for d in dirs]
+    worker = workers[0]
     freezes = 0
+
+    def deciding() -> int | None:
+        """The index of the worker whose decision stage decides now, if exactly one does."""
+        owners = [i for i, w in enumerate(workers) if w.readyz().get("decision_state") == "deciding"]
+        return owners[0] if len(owners) == 1 else None
+
     try:
-        worker.wait_ready()
+        for w in workers:
+            w.wait_ready()
         threading.Thread(target=feed, daemon=True).start()
         gap = duration / (args.cycles + 1)
         for cycle in range(args.cycles):
@@ -167,18 +183,35 @@ def main() -> int:
                 os.kill(broker_pid, signal.SIGCONT)
                 freezes += 1
                 t0 = time.monotonic()
-                worker.wait_ready(timeout=300)
+                for w in workers:
+                    worker = w
+                    w.wait_ready(timeout=300)
                 recoveries.append(time.monotonic() - t0)
                 continue
+            victim = 0
+            if len(workers) > 1:  # the decision-stage owner
+                deadline = time.monotonic() + 60
+                while (owner := deciding()) is None and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                victim = owner if owner is not None else 0
             faults.append((time.perf_counter(), "kill"))
+            worker = workers[victim]
             worker.proc.send_signal(signal.SIGKILL)
             worker.proc.wait(30)
             worker.log.close()
             t0 = time.monotonic()
-            worker = Worker(bootstrap, prefix, data_dir, [])
-            worker.wait_ready(timeout=300)
-            recoveries.append(time.monotonic() - t0)
-            print(f"  cycle {cycle + 1}: ready again after {recoveries[-1]:.1f} s", flush=True)
+            worker = workers[victim] = Worker(bootstrap, prefix, dirs[victim], [])
+            if len(workers) > 1:
+                while deciding() is None and time.monotonic() - t0 < 300:
+                    time.sleep(0.1)
+                recoveries.append(time.monotonic() - t0)
+                worker.wait_ready(timeout=300)
+                print(f"  cycle {cycle + 1}: worker {victim} (the owner) killed; another decides after "
+                      f"{recoveries[-1]:.1f} s", flush=True)
+            else:
+                worker.wait_ready(timeout=300)
+                recoveries.append(time.monotonic() - t0)
+                print(f"  cycle {cycle + 1}: ready again after {recoveries[-1]:.1f} s", flush=True)
         done.wait(duration * 3 + 120)
         report = check(bootstrap, f"{prefix}.new", f"{prefix}.dup", f"{prefix}.dlq", f"{prefix}.sig", positions,
                        EngineConfig(), timeout=600)
@@ -191,7 +224,8 @@ def main() -> int:
         print("\n".join(Path(worker.log.name).read_text(errors="replace").splitlines()[-40:]))
         raise
     finally:
-        worker.stop()
+        for w in workers:
+            w.stop()
         _cleanup(admin, prefix, data_dir)
         if started:
             import subprocess
@@ -208,9 +242,12 @@ def main() -> int:
     print("| --- | --- |")
     for name, value in report.row().items():
         print(f"| {name} | {value:,} |")
+    print(f"| workers | {len(workers)} |")
     print(f"| SIGKILL cycles / broker freezes | {args.cycles - freezes} / {freezes} |")
     if recoveries:
-        print(f"| recovery s: median / max | {statistics.median(recoveries):.1f} / {max(recoveries):.1f} |")
+        what = "until another decides" if len(workers) > 1 else "until ready"
+        print(f"| recovery s ({what}): median / max | {statistics.median(recoveries):.1f} / "
+              f"{max(recoveries):.1f} |")
     print(f"| worker F1 (first event per article) | {f1(served):.4f} (P {served['precision']:.4f}, "
           f"R {served['recall']:.4f}) |")
     print(f"| embedded F1 (file order) | {f1(embedded):.4f} |")

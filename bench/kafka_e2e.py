@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -119,6 +120,16 @@ class Worker:
                 pass
             time.sleep(0.2)
         sys.exit("worker not ready")
+
+    def readyz(self) -> dict:
+        """The body of ``/readyz`` (an empty dict when the worker does not answer)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return json.loads(exc.read() or b"{}")
+        except (OSError, ValueError):
+            return {}
 
     def metric_sums(self, *names: str) -> dict[str, float]:
         """``{name: value}`` of samples named exactly ``names`` on the worker's /metrics (0 when absent)."""
