@@ -141,8 +141,6 @@ class Decider:
         If the batch raises, it wrote nothing: its records are decided one by one, so that only
         the record that fails goes to the dead-letter topic.
         """
-        from stream_dedup.fingerprint import Fingerprint
-
         if not run:
             return
         if len(run) == 1:
@@ -151,11 +149,7 @@ class Decider:
             return
         t0 = time.perf_counter()
         try:
-            decisions = self.dedup.decide_batch(
-                [rec.article_id for _, rec, _ in run], [Fingerprint.from_bytes(rec.fingerprint) for _, rec, _ in run],
-                now=[rec.timestamp_ms / 1000.0 for _, rec, _ in run],
-                checkpoints=[(catchup.CHECKPOINT_NAME, m.offset()) for m, _, _ in run],
-                receipts=[token for _, _, token in run])
+            decisions = self._decide_batch([(m.offset(), rec, token) for m, rec, token in run])
         except Exception:  # noqa: BLE001 - isolate the record that fails
             log.warning("a batch of %d decisions failed; deciding its records one by one", len(run), exc_info=True)
             for m, rec, token in run:
@@ -168,6 +162,17 @@ class Decider:
             self._emit(rec, decision, processed_at)
             observed.append((rec, decision, each + rec.engine_us / 1e6))
         self.last_applied = run[-1][0].offset()
+
+    def _decide_batch(self, run: list[tuple[int, SignatureRecord, bytes]]) -> list[Any]:
+        """The engine's batched path on ``(signature offset, record, receipt token)`` triples: each
+        article at its own event time, its checkpoint and receipt in the batch's one atomic write."""
+        from stream_dedup.fingerprint import Fingerprint
+
+        return self.dedup.decide_batch(
+            [rec.article_id for _, rec, _ in run], [Fingerprint.from_bytes(rec.fingerprint) for _, rec, _ in run],
+            now=[rec.timestamp_ms / 1000.0 for _, rec, _ in run],
+            checkpoints=[(catchup.CHECKPOINT_NAME, offset) for offset, _, _ in run],
+            receipts=[token for _, _, token in run])
 
     def _emit(self, rec: SignatureRecord, decision: Any, processed_at: float) -> None:
         value = encode_json(output_event(decision.to_event(), rec, processed_at))
@@ -223,60 +228,54 @@ class Decider:
         whose input record has a receipt was applied before, a second copy inside a run is skipped,
         and anything else (a reject, an undecodable record, a batch that raises) takes the one-record path.
         """
-        run: list[tuple[int, bytes, SignatureRecord, bytes]] = []
+        run: list[tuple[int, SignatureRecord, bytes]] = []
         in_run: set[bytes] = set()
         for offset, data in records:
-            try:
-                rec = decode_stage_record(data)
-            except SignatureDecodeError:
-                rec = None
+            rec, token = self._decode_applied(offset, data)
             if isinstance(rec, SignatureRecord):
-                token = receipt_token(rec.source_topic, rec.source_partition, rec.source_offset)
                 if token in in_run:
                     continue  # a second copy of an input record of this run: applied with the first
                 if self.dedup.receipt(token) is None:
-                    run.append((offset, data, rec, token))
+                    run.append((offset, rec, token))
                     in_run.add(token)
                     continue
             self._apply_run(run)
             run, in_run = [], set()
-            self.apply_only(offset, data)
+            self._apply_one(offset, rec, token)
         self._apply_run(run)
         if records:
             self.last_applied = records[-1][0]
 
-    def _apply_run(self, run: list[tuple[int, bytes, SignatureRecord, bytes]]) -> None:
+    def _apply_run(self, run: list[tuple[int, SignatureRecord, bytes]]) -> None:
         """One engine batch for a run of fresh signature records (one by one if it raises: it wrote nothing)."""
-        from stream_dedup.fingerprint import Fingerprint
-
         if len(run) > 1:
             try:
-                self.dedup.decide_batch(
-                    [rec.article_id for _, _, rec, _ in run],
-                    [Fingerprint.from_bytes(rec.fingerprint) for _, _, rec, _ in run],
-                    now=[rec.timestamp_ms / 1000.0 for _, _, rec, _ in run],
-                    checkpoints=[(catchup.CHECKPOINT_NAME, offset) for offset, _, _, _ in run],
-                    receipts=[token for _, _, _, token in run])
+                self._decide_batch(run)
                 self.last_applied = run[-1][0]
                 return
             except Exception:  # noqa: BLE001 - isolate the record that fails, as apply_only does
                 log.warning("a catch-up batch of %d records failed; applying them one by one", len(run),
                             exc_info=True)
-        for offset, data, _, _ in run:
-            self.apply_only(offset, data)
+        for offset, rec, token in run:
+            self._apply_one(offset, rec, token)
 
     def apply_only(self, offset: int, data: bytes) -> None:
         """Catch-up: put a record the group already committed into the index, producing nothing."""
-        from stream_dedup.fingerprint import Fingerprint
+        self._apply_one(offset, *self._decode_applied(offset, data))
 
+    def _decode_applied(self, offset: int, data: bytes) -> tuple[SignatureRecord | RejectRecord | None, bytes]:
+        """The record at signature ``offset`` (None if undecodable) and its receipt token: the same
+        input record as _decide_one names it (an undecodable one by its own coordinates)."""
         try:
             rec = decode_stage_record(data)
         except SignatureDecodeError:
-            rec = None
+            return None, receipt_token(self.topic, 0, offset)
+        return rec, receipt_token(rec.source_topic, rec.source_partition, rec.source_offset)
+
+    def _apply_one(self, offset: int, rec: SignatureRecord | RejectRecord | None, token: bytes) -> None:
+        from stream_dedup.fingerprint import Fingerprint
+
         checkpoint = (catchup.CHECKPOINT_NAME, offset)
-        # the same input record as _decide_one names it (an undecodable one by its own coordinates)
-        token = (receipt_token(rec.source_topic, rec.source_partition, rec.source_offset) if rec is not None
-                 else receipt_token(self.topic, 0, offset))
         if self.dedup.receipt(token) is not None:
             pass  # applied before
         elif isinstance(rec, SignatureRecord):
