@@ -3,6 +3,7 @@
     python bench/throughput.py [--data ../shared/data] [--limit N] [--repeat 3]
                                [--streams dev,short] [--tools stream-dedup,datasketch,rensa,gaoya]
                                [--short-words 40] [--json FILE]
+                               [--baseline DIR]
     python bench/throughput.py --in-process [--data ../shared/data] [--limit N] [--repeat 3]
 
 **The peer table** (default). Every tool runs on the same records as its own subprocess, from a
@@ -27,6 +28,12 @@ precision / recall of the duplicate decisions against news_stream.truth.jsonl (`
 bench/quality.py). Then the targets: >= 10x datasketch on each stream, >= 1x rensa.
 
 A peer that is not installed, or fails, keeps its rows, saying so.
+
+**--baseline DIR**: a checkout of another commit of stream-dedup (``git worktree add DIR REV``) runs
+as one more tool, ``stream-dedup@REV`` (``python -m stream_dedup.cli dedup`` with ``PYTHONPATH=DIR``),
+in the same rounds, after its own untimed warm-up run. The table then prints our records/s as a
+change against it, whole process and after start-up (the per-record cost alone, which is what a
+long run sees): the before/after of a change, measured in the same run.
 
 **--in-process**: the older table: ``Deduplicator.process_batch`` on --batch records at a time
 (256; 1: ``Deduplicator.process`` one at a time) in a loop vs datasketch in a loop,
@@ -104,6 +111,9 @@ def command(tool: str, source: Path, out: Path, state: Path) -> list[str]:
 
     if tool == "stream-dedup":
         return [*ours_command(), "dedup", str(source), "--out", str(out), "--state", str(state), "-q"]
+    if tool.startswith("stream-dedup@"):  # the --baseline checkout, found through PYTHONPATH
+        return [sys.executable, "-P", "-m", "stream_dedup.cli", "dedup", str(source), "--out", str(out),
+                "--state", str(state), "-q"]
     c = EngineConfig()
     lsh = lsh_params(c)
     return [sys.executable, str(ROOT / "bench" / "peers.py"), tool, str(source), "--out", str(out),
@@ -112,9 +122,10 @@ def command(tool: str, source: Path, out: Path, state: Path) -> list[str]:
             "--seed", str(c.seed)]
 
 
-def child_env() -> dict[str, str]:
+def child_env(tree: Path = ROOT) -> dict[str, str]:
+    """The environment of a tool's process: stream-dedup's defaults, ``tree``'s code first, one thread."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DEDUP_")}  # the defaults
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
     env.update(NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", RAYON_NUM_THREADS="1")
     return env
 
@@ -157,14 +168,25 @@ def read_decisions(path: Path) -> dict[str, dict]:
     return decisions
 
 
+def _rev(tree: Path) -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return tree.name
+
+
 def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: list[str],
-               short_words: int) -> dict:
+               short_words: int, baseline: Path | None = None) -> dict:
     """Runs every tool on every stream ``repeat`` times; the best run of each, scored."""
     sys.path.insert(0, str(ROOT / "bench"))
     from quality import score
 
     cpu = _cpu()
-    env = child_env()
+    envs = {tool: child_env() for tool in tools}
+    if baseline is not None:
+        tools = [*tools, f"stream-dedup@{_rev(baseline)}"]
+        envs[tools[-1]] = child_env(baseline)
     lines = _lines(data, limit)
     truth = [json.loads(x) for x in (data / "news_stream.truth.jsonl").read_bytes().splitlines()[:len(lines)]]
     rows: dict[tuple[str, str], dict] = {}
@@ -183,10 +205,11 @@ def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: l
                                                                            Path("OUT.jsonl"), Path("STATE"))}
         # one untimed run of ours first: numba's on-disk cache of compiled kernels is filled by the first
         # run of a new checkout (an install-time cost: ~30 s); the peers have nothing of the kind
-        if "stream-dedup" in tools:
-            first = sources[streams[0]][1]
-            run_process(command("stream-dedup", first, tmp / "warm.out.jsonl", tmp / "state-warm"), env, cpu)
-            shutil.rmtree(tmp / "state-warm", ignore_errors=True)
+        for tool in tools:
+            if tool.startswith("stream-dedup"):
+                first = sources[streams[0]][1]
+                run_process(command(tool, first, tmp / "warm.out.jsonl", tmp / "state-warm"), envs[tool], cpu)
+                shutil.rmtree(tmp / "state-warm", ignore_errors=True)
         for _ in range(repeat):
             for stream in streams:
                 source, first, _n = sources[stream]
@@ -196,7 +219,7 @@ def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: l
                         continue
                     for what, path in (("run", source), ("start", first)):
                         out, state = tmp / f"{stream}-{tool}-{what}.out.jsonl", tmp / f"state-{stream}-{tool}"
-                        r = run_process(command(tool, path, out, state), env, cpu)
+                        r = run_process(command(tool, path, out, state), envs[tool], cpu)
                         shutil.rmtree(state, ignore_errors=True)
                         if r["code"] != 0:
                             row["status"] = (f"not installed ({r['stderr']})" if r["code"] == NOT_INSTALLED
@@ -223,7 +246,10 @@ def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: l
             other = rows.get((stream, peer))
             if row["status"] == "ok" and other and other["status"] == "ok":
                 row[f"vs_{peer}"] = row["records_per_second"] / other["records_per_second"]
-    return {"cpu": cpu, "repeat": repeat, "records": len(lines), "rows": list(rows.values())}
+    result = {"cpu": cpu, "repeat": repeat, "records": len(lines), "rows": list(rows.values())}
+    if baseline is not None:
+        result["baseline"] = tools[-1]
+    return result
 
 
 def _commit() -> str:
@@ -277,6 +303,23 @@ def print_peer_table(result: dict) -> None:
             else:
                 verdict = f"{ratio:.2f}×: {'met' if ratio >= target else 'NOT met'}"
             print(f"* >= {target:g}× {peer} on the {row['stream']} stream: {verdict}")
+    if "baseline" in result:
+        print()
+        print(f"stream-dedup against {result['baseline']} (records/s, same run):")
+        by = {(row["stream"], row["tool"]): row for row in result["rows"]}
+        for stream in dict.fromkeys(row["stream"] for row in result["rows"]):
+            ours, base = by.get((stream, "stream-dedup")), by.get((stream, result["baseline"]))
+            if not (ours and base and ours["status"] == base["status"] == "ok"):
+                print(f"* {stream}: cannot be compared (a run failed)")
+                continue
+            change = ours["records_per_second"] / base["records_per_second"] - 1
+            line = (f"* {stream}: {ours['records_per_second']:,.0f} vs {base['records_per_second']:,.0f} = "
+                    f"{change:+.1%}")
+            if ours["after_start_per_second"] and base["after_start_per_second"]:  # the per-record cost alone
+                line += (f"; after start-up {ours['after_start_per_second']:,.0f} vs "
+                         f"{base['after_start_per_second']:,.0f} = "
+                         f"{ours['after_start_per_second'] / base['after_start_per_second'] - 1:+.1%}")
+            print(line)
     print()
     print("commands (STATE a fresh directory, OUT a file, in the run's temporary directory):")
     seen = set()
@@ -392,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tools", default=",".join(TOOLS), help="of: " + ", ".join(TOOLS))
     ap.add_argument("--short-words", type=int, default=40, help="words of the first paragraph in a short item")
     ap.add_argument("--json", type=Path, help="also write the peer table's figures to this file")
+    ap.add_argument("--baseline", type=Path, metavar="DIR",
+                    help="a checkout of another commit, run as one more tool (stream-dedup@REV) for a before/after")
     ap.add_argument("--in-process", action="store_true", help="the in-process engine vs datasketch table instead")
     ap.add_argument("--batch", type=int, default=256,
                     help="--in-process: records per Deduplicator.process_batch call (1: process one at a time)")
@@ -413,7 +458,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown stream or tool: {', '.join(unknown)}")
     started = datetime.datetime.now(datetime.timezone.utc)
     load0 = os.getloadavg()
-    result = peer_table(args.data, args.limit, args.repeat, streams, tools, args.short_words)
+    if args.baseline is not None and not (args.baseline / "stream_dedup" / "cli.py").exists() \
+            and not (args.baseline / "stream_dedup" / "cli").is_dir():
+        ap.error(f"--baseline {args.baseline}: not a stream-dedup checkout")
+    result = peer_table(args.data, args.limit, args.repeat, streams, tools, args.short_words, args.baseline)
     load1 = os.getloadavg()
     result["started_utc"] = started.strftime("%Y-%m-%d %H:%M")
     result["seconds"] = round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(), 1)

@@ -109,31 +109,47 @@ def _arg_checks(args: list) -> tuple:
     return tuple(None if a is None else (_DTYPES.get(a[0]) or np.dtype(a[0]), a[1]) for a in args)
 
 
-def _fits(checks: tuple, args: tuple) -> bool:
-    if len(args) != len(checks):
-        return False
-    for check, a in zip(checks, args, strict=True):
-        if check is None:
-            if isinstance(a, np.ndarray):
-                return False
-        elif not (type(a) is np.ndarray and a.dtype == check[0] and a.ndim == check[1]
-                  and a.flags.c_contiguous):
+def _fitter(checks: tuple) -> Callable[[tuple], bool]:
+    """Whether a call's arguments match one exported signature: every array argument a C-ordered
+    ``np.ndarray`` of its dtype and dimensions, no array where a scalar goes. Built once per
+    signature (a call costs ~0.5 us instead of ~1.5 us for a generic loop over ``checks``)."""
+    count = len(checks)
+    arrays = tuple((i, check[0], check[1]) for i, check in enumerate(checks) if check is not None)
+    scalars = tuple(i for i, check in enumerate(checks) if check is None)
+    ndarray = np.ndarray
+
+    def fits(args: tuple) -> bool:
+        if len(args) != count:
             return False
-    return True
+        for i, dtype, ndim in arrays:
+            a = args[i]
+            if type(a) is not ndarray:
+                return False
+            d = a.dtype
+            if (d is not dtype and d != dtype) or a.ndim != ndim or not a.flags.c_contiguous:
+                return False
+        for i in scalars:
+            if isinstance(args[i], ndarray):
+                return False
+        return True
+    return fits
 
 
 def _checked(name: str, entries: list[tuple[tuple, Callable]]) -> Callable:
     if len(entries) == 1:
         (checks, fn), = entries
+        fits = _fitter(checks)
 
         def call(*args):
-            if _fits(checks, args):
+            if fits(args):
                 return fn(*args)
             return jit_twin(name)(*args)
     else:
+        fitted = [(_fitter(checks), fn) for checks, fn in entries]
+
         def call(*args):
-            for checks, fn in entries:
-                if _fits(checks, args):
+            for fits, fn in fitted:
+                if fits(args):
                     return fn(*args)
             return jit_twin(name)(*args)
     call.__name__ = call.__qualname__ = name.rsplit(".", 1)[1]

@@ -73,3 +73,23 @@ def test_short_items_keep_ids_and_are_short() -> None:
     for item in items:
         title, _, lead = item["text"].partition("\n\n")
         assert title == item["title"] and 0 < len(lead.split()) <= 40
+
+
+def test_a_baseline_checkout_runs_in_the_same_rounds(tmp_path: Path) -> None:
+    """``--baseline DIR`` runs another checkout's ``dedup`` as one more row and prints the change."""
+    (tmp_path / "news_stream.jsonl").write_bytes(b"".join(SAMPLE.read_bytes().splitlines(keepends=True)[:RECORDS]))
+    (tmp_path / "news_stream.truth.jsonl").write_bytes(b"".join(TRUTH.read_bytes().splitlines(keepends=True)[:RECORDS]))
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), "--data", str(tmp_path),
+                           "--repeat", "1", "--tools", "stream-dedup", "--streams", "dev", "--baseline", str(ROOT),
+                           "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    base = next(r for r in result["rows"] if r["tool"] == result["baseline"])
+    assert result["baseline"].startswith("stream-dedup@") and base["command"][1:4] == ["-P", "-m", "stream_dedup.cli"]
+    assert base["status"] == "ok" and base["decisions"] == RECORDS and base["records_per_second"] > 0
+    assert re.search(r"^\* dev: [\d,]+ vs [\d,]+ = [+-]\d+\.\d%(; after start-up [\d,]+ vs [\d,]+ = [+-]\d+\.\d%)?$",
+                     proc.stdout, re.M), proc.stdout
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), "--data", str(tmp_path),
+                          "--baseline", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not a stream-dedup checkout" in bad.stderr
