@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from .headline import flag_word_errors
+
 ENV_PREFIX = "STREAM_DEDUP_"
 MAX_SIMHASH_TABLES = 255  # a table number is one byte of the index key
 
@@ -126,6 +128,9 @@ class EngineConfig:
     headline_flags: int = _opt(
         1, "1 = strip a leading headline flag (BREAKING:, WATCH:, UPDATE 2-, Opinion |: 1-3 flag words, see README "
            "'Short texts') from a text that then has 3 to --short-text-words - 1 words, before fingerprinting; 0 = keep.")
+    headline_flag_words: str = _opt(
+        "", "More headline flag words for --headline-flags, comma-separated (e.g. SPORTS,MARKETS,WORLD): a feed's "
+            "own section tags, stripped by the same rule as the built-in ones (letters, digits, _; any case).")
     identity_threshold: float = _opt(
         0.5, "A text match is not a duplicate when, among the contexts both articles give an identity token "
              "(number, capitalised name), fewer than this share hold a same token: a look-alike report, new, "
@@ -175,6 +180,7 @@ class EngineConfig:
         for name in ("fold_diacritics", "containment_both_ways", "headline_flags"):
             if getattr(self, name) not in (0, 1):
                 errors.append(f"{name} must be 0 or 1")
+        errors += flag_word_errors(self.headline_flag_words)
         if self.passage_window < 0:
             errors.append("passage_window must be >= 0")
         if self.passage_min_shared < 1:

@@ -24,7 +24,7 @@ from . import kernels
 from .config import EngineConfig
 from .folding import fold
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
-from .headline import strip_flag
+from .headline import flag_words, strip_flag
 from .identity import identity_pairs_reference, identity_sketch
 from .minhash import MinHasher, signature_numpy
 from .passages import MAX_ANCHORS, NO_ANCHORS, winnow, winnow_reference
@@ -114,6 +114,7 @@ class Fingerprinter:
         self.tokens = TokenHasher(config.seed)
         self.minhasher = MinHasher(config.num_perm, config.seed)
         self.stop = stop_hashes(self.token_hashes)
+        self.flag_words = flag_words(config.headline_flag_words)  # --headline-flag-words
 
     def plain_text(self, text: str, is_html: bool = False) -> str:
         """The folded text that is tokenised (:func:`stream_dedup.folding.fold`)."""
@@ -164,7 +165,7 @@ class Fingerprinter:
         """``text`` without a headline flag (``BREAKING:``) when it is short (:mod:`stream_dedup.headline`)."""
         c = self.config
         if c.headline_flags and not c.char_shingles:
-            return strip_flag(text, c.short_text_words)
+            return strip_flag(text, c.short_text_words, self.flag_words)
         return text
 
     def _anchors(self, token_hashes: np.ndarray) -> np.ndarray:

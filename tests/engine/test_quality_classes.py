@@ -78,6 +78,32 @@ def test_flag_stripping_keeps_look_alikes_new(tmp_path: Path) -> None:
     assert [x.type for x in d[1:]] == ["new"] * 7
 
 
+@pytest.mark.parametrize("flag", ["SPORTS:", "Markets -", "MARKETS-", "World |", "SPORTS 2:",
+                                  "internationalaffairs:"])
+def test_a_feeds_own_section_tag_is_a_flag_when_configured(tmp_path: Path, flag: str) -> None:
+    """--headline-flag-words adds a feed's section tags to the flag words: stripped by the same rule."""
+    headline = "Lakers beat Celtics in overtime"                       # 5 words: one more gives J < 0.8
+    sep = "" if flag.endswith("-") else " "
+    words = "sports, markets,WORLD,internationalaffairs"
+    d = _decide(tmp_path / "a", [headline, flag + sep + headline], headline_flag_words=words)
+    assert d[1].is_duplicate and d[1].method == "exact"
+    assert _decide(tmp_path / "b", [headline, flag + sep + headline])[1].type == "new"     # not a flag word
+    assert _decide(tmp_path / "c", [headline, flag + sep + headline], headline_flag_words=words,
+                   headline_flags=0)[1].type == "new"
+    # the other side: a tag word is not a name, a look-alike stays new, a longer text keeps its tag
+    d = _decide(tmp_path / "d", [headline, flag + sep + "Lakers beat Knicks in overtime",
+                                 "Syria: rebels take the city", "Iraq: rebels take the city",
+                                 flag + sep + headline + " as the season opens on a high note for both teams"],
+                headline_flag_words=words)
+    assert [x.type for x in d[1:]] == ["new"] * 4
+
+
+@pytest.mark.parametrize("words", ["bad word", "x" * 21, "a,b;c", "-"])
+def test_flag_words_that_are_not_words_are_refused(words: str) -> None:
+    with pytest.raises(ValueError, match="headline_flag_words"):
+        EngineConfig(headline_flag_words=words)
+
+
 def test_a_headline_is_not_contained_in_its_article(tmp_path: Path) -> None:
     body = " ".join(f"word{i}" for i in range(200))
     d = _decide(tmp_path, ["Sanctions against Moscow failed, says minister " + body,
