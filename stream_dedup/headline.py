@@ -37,7 +37,7 @@ def _run(words: str) -> str:
 
 
 _WORD = re.compile(r"\w+")
-_FLAG_WORD = re.compile(r"[^\W]{1,20}")
+_FLAG_WORD = re.compile(r"\w{1,20}")
 MAX_EXTRA_WORDS = 200
 
 

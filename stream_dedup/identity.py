@@ -173,9 +173,7 @@ def identity_pairs_ascii(buf, word, seed):
         low[i] = c + 32 if 65 <= c <= 90 else c
     out = np.empty(n // 2 + 1, dtype=np.uint32)
     m = 0
-    s1 = e1 = s2 = e2 = -1  # the two items before (start, end; -1 = none): hashed only when needed,
-    h1 = h2 = np.uint64(0)  # and each at most once: their hashes, once known
-    k1 = k2 = False
+    s1 = e1 = s2 = e2 = -1  # the two items before (start, end; -1 = none): hashed only when needed
     golden = np.uint64(0x9E3779B97F4A7C15)
     i = 0
     while i < n:
@@ -201,21 +199,16 @@ def identity_pairs_ascii(buf, word, seed):
         elif 65 <= buf[s] <= 90 and s >= 2 and buf[s - 1] == 32:
             p = buf[s - 2]
             ident = (97 <= p <= 122) or (48 <= p <= 57) or p == 44 or p == 59 or p == 58
-        h = np.uint64(0)
         if ident:
             h = _murmur3_64_padded(low, s, i, seed)
-            if not k1:
-                h1 = _murmur3_64_padded(low, s1, e1, seed) if s1 >= 0 else np.uint64(0)
-                k1 = True
-            if not k2:
-                h2 = _murmur3_64_padded(low, s2, e2, seed) if s2 >= 0 else np.uint64(0)
-                k2 = True
-            ctx = _fmix(h2 * golden + h1)
+            prev1 = _murmur3_64_padded(low, s1, e1, seed) if s1 >= 0 else np.uint64(0)
+            prev2 = _murmur3_64_padded(low, s2, e2, seed) if s2 >= 0 else np.uint64(0)
+            ctx = _fmix(prev2 * golden + prev1)
             kind = np.uint64(0x8000) if digits else np.uint64(0)
             out[m] = np.uint32(((ctx >> np.uint64(48)) << np.uint64(16)) | kind | (h & np.uint64(0x7FFF)))
             m += 1
-        s2, e2, h2, k2 = s1, e1, h1, k1
-        s1, e1, h1, k1 = s, i, h, ident
+        s2, e2 = s1, e1
+        s1, e1 = s, i
     return out[:m]
 
 

@@ -112,7 +112,8 @@ def _arg_checks(args: list) -> tuple:
 def _fitter(checks: tuple) -> Callable[[tuple], bool]:
     """Whether a call's arguments match one exported signature: every array argument a C-ordered
     ``np.ndarray`` of its dtype and dimensions, no array where a scalar goes. Built once per
-    signature (a call costs ~0.5 us instead of ~1.5 us for a generic loop over ``checks``)."""
+    signature (timeit: 0.78 us a call for the 5-argument sketch signature, 0.36 us for a 2-argument
+    one, against ~1.5 us for the generic loop over ``checks`` it replaced)."""
     count = len(checks)
     arrays = tuple((i, check[0], check[1]) for i, check in enumerate(checks) if check is not None)
     scalars = tuple(i for i, check in enumerate(checks) if check is None)
