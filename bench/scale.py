@@ -11,7 +11,8 @@
    this tree's code), with ``--stats-every CHUNK`` and ``--memory``, into a fresh ``--state``.
 3. Prints one row per chunk: records/s over the chunk, CPU time per record (the process's, RocksDB
    compaction threads included: unlike the rate, it does not depend on what else runs), RSS, index bytes on disk per article,
-   block cache use and hit rate; then whether every chunk's rate stayed within 20 % of the first's.
+   block cache use and hit rate, the LSH buckets' memory; then whether every chunk's rate stayed within 20 % of the
+   first's, and how long the full index takes to open again (its LSH buckets rebuilt from the records).
 
 Run anything longer than ~30 s under the shared lock: ``flock /work/bench.lock python bench/scale.py``.
 """
@@ -103,10 +104,24 @@ def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra
     return stats, "".join(rest)
 
 
+PROBE = b'{"id": "scale-reopen-probe", "text": "A record that matches nothing in the index, decided after it reopens."}\n'
+
+
+def reopen_seconds(state: Path, memory: str, extra: list[str]) -> float:
+    """Wall time of the whole ``dedup`` command deciding one new record on the index in ``state``
+    (opening it, rebuilding its LSH buckets from the records, deciding, closing)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    cmd = [sys.executable, "-m", "stream_dedup.cli", "dedup", "-", "--out", os.devnull, "--state", str(state),
+           "--memory", memory, "-q", *extra]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, input=PROBE, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
 def print_header() -> None:
     print("| articles | records/s | vs first | CPU ms/record | RSS MB | index MB | bytes/article | cache used MB "
-          "| hit rate |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
+          "| hit rate | LSH buckets MB |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
 
 
 def print_row(s: dict, first: dict, before: dict | None) -> None:
@@ -117,7 +132,7 @@ def print_row(s: dict, first: dict, before: dict | None) -> None:
     print(f"| {s['index_articles']:,} | {rate:,.0f} | {rate / first['chunk_records_per_second']:.0%} | {cpu:.2f} | "
           f"{s['rss_bytes'] / 2**20:,.0f} | {s['index_bytes'] / 2**20:,.0f} | "
           f"{s['index_bytes'] / max(1, s['index_articles']):,.0f} | {s['block_cache_usage_bytes'] / 2**20:,.0f} | "
-          f"{'-' if hit is None else f'{hit:.1%}'} |", flush=True)
+          f"{'-' if hit is None else f'{hit:.1%}'} | {s.get('band_table_bytes', 0) / 2**20:,.0f} |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="stream-dedup-scale-") as tmp:
         state = args.keep_state or Path(tmp) / "state"
         stats, summary = run(args.stream, args.articles, args.chunk, args.memory, state, args.extra)
+        reopen = reopen_seconds(state, args.memory, args.extra)
+        fresh = reopen_seconds(Path(tmp) / "fresh", args.memory, args.extra)
     full = [s for s in stats if s["lines"] % args.chunk == 0] or stats  # the last partial chunk is noisy
     first = full[0]["chunk_records_per_second"]
     worst = min(full, key=lambda s: s["chunk_records_per_second"])
@@ -152,10 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU per record: first chunk {cpu[0] * 1000:.2f} ms, highest {max(cpu) * 1000:.2f} ms "
           f"({max(cpu) / cpu[0]:.0%} of the first); within 1/0.8 of the first chunk's: "
           f"{'met' if cpu_met else 'NOT met'}")
+    print(f"one more record, whole command: {reopen:.2f} s on this index ({stats[-1]['index_articles']:,} "
+          f"articles; opening it rebuilds the LSH buckets), {fresh:.2f} s on an empty one")
     print(summary.strip())
     if args.json:
         args.json.write_text(json.dumps({"articles": args.articles, "memory": args.memory, "stats": stats,
-                                         "flat": met, "cpu_flat": cpu_met}, indent=1) + "\n")
+                                         "flat": met, "cpu_flat": cpu_met, "reopen_seconds": reopen,
+                                         "fresh_seconds": fresh}, indent=1) + "\n")
     return 0
 
 

@@ -43,14 +43,23 @@ def _sample_texts() -> list[tuple[str, str]]:
         ("e", "Café crème — Ｆｕｌｌ ｗｉｄｔｈ, ЅНА ѕоft\u00ad­hyphen and zero\u200bwidth: " + story[:1500]),
         ("f", "東京は日本の首都です。人口は約千四百万人で、世界有数の大都市です。" * 5),
         ("g", "한국어 텍스트는 띄어쓰기가 있지만 교착어입니다. 서울은 수도입니다." * 5),
+        ("gr", "Το Υπουργείο Οικονομικών στην Αθήνα ανακοίνωσε στις 12 Μαΐου 3,5 δισεκατομμύρια ευρώ για την "
+               "Εθνική Τράπεζα της Ελλάδας. " * 3),  # identity tokens of a text that does not fold to ASCII
         ("h", "Markets close higher"),
         ("i", ""),
     ]
 
 
 def _warm_up() -> None:
+    import numpy as np
+
+    from .band_table import BandTable
     from .engine import Deduplicator
     from .record import Article
+    table = BandTable(bands=2, rows=3, cap=2, slots=4, nodes=2)  # growth, rehash, removal: not in the sample run
+    keys = table.keys(np.arange(24, dtype=np.uint16).reshape(4, 6))
+    table.add(keys, np.arange(4, dtype=np.uint32))
+    table.remove(keys[0], 0)
     with tempfile.TemporaryDirectory(prefix="stream-dedup-aot-") as tmp:
         dedup = Deduplicator(state_dir=Path(tmp) / "state")
         try:

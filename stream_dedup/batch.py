@@ -4,15 +4,16 @@ what the batch has written so far, and the batch's writes applied in one ``Write
 :class:`BatchView` has the read methods the engine's decision needs (:meth:`seq_of`,
 :meth:`exact_match`, :meth:`article`, :meth:`lookup`, :meth:`compare`, the passage lists) and
 answers each from the batch's own writes first, then from the values it has read (it reads each
-key of the index at most once: :meth:`prefetch` reads the ids, exact hashes and LSH buckets of
-the whole batch in one multi-get), then from RocksDB. The index is not written while a batch runs
-(a single writer), so what was read stays true until the batch's own writes replace it. The
-SimHash tables are probed in RocksDB and in an in-memory table of the batch's entries, keyed like
-the RocksDB one by table and key bits.
+key of the index at most once: :meth:`prefetch` reads the ids and exact hashes of the whole batch
+in one multi-get), then from RocksDB. The index is not written while a batch runs (a single
+writer), so what was read stays true until the batch's own writes replace it. The SimHash tables
+are probed in RocksDB and in an in-memory table of the batch's entries, keyed like the RocksDB one
+by table and key bits; the LSH buckets in the index's :class:`~stream_dedup.band_table.BandTable`
+and in the batch's own bucket lists.
 
 :meth:`commit` writes everything, the index state and the last checkpoint included, in one atomic
-write: a crash leaves the whole batch applied or none of it. A batch that raises before
-:meth:`commit` leaves the index as it was.
+write (a crash leaves the whole batch applied or none of it), then files the batch's articles in
+the index's buckets. A batch that raises before :meth:`commit` leaves the index as it was.
 """
 
 from __future__ import annotations
@@ -24,29 +25,30 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rocksdict import WriteBatch
 
+from .band_table import BandTable
 from .fingerprint import Fingerprint
-from .index import _POINTS, BUCKET, DEFAULT, Entry, Index, Lookup, _id_key, _u64
+from .index import _POINTS, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import StoredArticle, _unpack_record, stored_signature
 from .passages import PASSAGES
 
 if TYPE_CHECKING:
     from .decision import Decision
     from .engine import Deduplicator
-    from .lsh import Banding
     from .simhash import PermutedTables
 
 __all__ = ["BatchView", "Prepared", "run_batch"]
 _UNKNOWN = object()  # a key not read yet
+NO_KEYS = np.zeros(0, dtype=np.uint64)  # the bucket keys of an article without shingles
+_UNCAPPED = 2**31 - 1  # the batch's own buckets keep every member (the index's table caps them at commit)
 
 
 def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int], Fingerprint], nows: Sequence[float],
               checkpoints: Sequence[tuple[str, int] | None] | None,
               receipts: Sequence[bytes | None] | None) -> list[Decision]:
     """The decisions of ``engine`` on ``ids`` (first seen at ``nows``) in order
-    (:meth:`Deduplicator.decide_batch`): read
-    the batch's ids, fingerprint the unknown ones (``fingerprint(i)``), read their exact hashes,
-    then the LSH buckets of those without an exact match in the index (one multi-get each),
-    decide one by one in a :class:`BatchView`, write once."""
+    (:meth:`Deduplicator.decide_batch`): read the batch's ids, fingerprint the unknown ones
+    (``fingerprint(i)``), read their exact hashes (one multi-get each), decide one by one in a
+    :class:`BatchView`, write once."""
     view = BatchView(engine.index, engine.tables.key_masks)
     if len(ids) > 1:  # (a batch of one reads its keys one at a time: a multi-get of one key costs more)
         view.prefetch([view.id_key(i) for i in ids])
@@ -59,8 +61,6 @@ def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int],
     todo = [p for p in prepared if p is not None]
     if len(todo) > 1:
         view.prefetch([b"X" + p.fp.exact for p in todo])
-    view.prefetch([k for p in todo if view.exact_match(p.fp.exact) is None
-                   for k in p.keys(engine.banding, engine.tables)[0]])
     decisions = [engine._decide(view, article_id, prepared[i], nows[i], checkpoints[i] if checkpoints else None,
                                 receipts[i] if receipts else None) for i, article_id in enumerate(ids)]
     view.commit()
@@ -73,7 +73,7 @@ class Prepared:
     verification and record), and, once asked for, its bucket keys and permuted SimHashes."""
     fp: Fingerprint
     sig: np.ndarray
-    buckets: list[bytes] | None = None
+    buckets: np.ndarray | None = None
     permuted: list[int] | None = None
 
     @classmethod
@@ -82,11 +82,11 @@ class Prepared:
             raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {num_perm}")
         return cls(fp, stored_signature(fp.minhash))
 
-    def keys(self, banding: Banding, tables: PermutedTables) -> tuple[list[bytes], list[int]]:
+    def keys(self, buckets: BandTable, tables: PermutedTables) -> tuple[np.ndarray, list[int]]:
         """(LSH bucket keys, SimHash permuted for each table); none for an empty text."""
         if self.buckets is None:
             has_shingles = self.fp.n_shingles > 0
-            self.buckets = banding.keys(self.sig, BUCKET) if has_shingles else []
+            self.buckets = buckets.keys(self.sig) if has_shingles else NO_KEYS
             self.permuted = tables.permute_all(self.fp.simhash) if has_shingles else []
         return self.buckets, self.permuted
 
@@ -106,6 +106,9 @@ class BatchView:
         self.masks = table_masks
         self.tables: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (table, key bits) -> [(permuted, seq)]
         self.id_keys: dict[str, bytes] = {}
+        self.buckets = index.buckets  # built now if it is not: before this batch's write
+        self.filed: list[tuple[np.ndarray, int]] = []  # (bucket keys, seq) of the batch's indexed articles
+        self.own: BandTable | None = None  # the batch's own bucket members (made at its first indexed article)
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, keys: list[bytes], family: str = _POINTS) -> list[bytes | None]:
@@ -150,14 +153,37 @@ class BatchView:
 
     def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
                max_distance: int) -> Lookup:
-        """:meth:`Index.lookup` with the batch's bucket values and SimHash table entries."""
-        found = self.index.lookup(bucket_keys, table_probes, max_distance, self.get(bucket_keys))
+        """:meth:`Index.lookup` with the batch's bucket members and SimHash table entries."""
+        if self.filed and len(bucket_keys):
+            ends = np.empty(bucket_keys.shape[0], dtype=np.int64)
+            members = self.buckets.lookup(bucket_keys, ends)
+            found = self.index.lookup(bucket_keys, table_probes, max_distance, members)
+            self._batch_members(bucket_keys, members, ends, found.lsh)
+        else:
+            found = self.index.lookup(bucket_keys, table_probes, max_distance)
         if self.tables:
             for table, query, mask in table_probes:
                 for permuted, seq in self.tables.get((table, query & mask), ()):
                     if (permuted ^ query).bit_count() <= max_distance:
                         found.simhash.add(seq)
         return found
+
+    def _batch_members(self, bucket_keys: np.ndarray, members: np.ndarray, ends: np.ndarray, lsh: set[int]) -> None:
+        """Add the batch's members of ``bucket_keys`` to ``lsh`` (which holds the index's,
+        ``members`` ending at ``ends`` bucket by bucket); a bucket they take over its cap is read as
+        it will be after the commit (only its newest ``cap`` members)."""
+        own_ends = np.empty_like(ends)
+        assert self.own is not None
+        mine = self.own.lookup(bucket_keys, own_ends)
+        if not mine.size:
+            return
+        lsh.update(mine.tolist())
+        cap = self.buckets.cap
+        if (np.diff(ends, prepend=0) + np.diff(own_ends, prepend=0) > cap).any():
+            lsh.clear()
+            listed, own, e, oe = members.tolist(), mine.tolist(), ends.tolist(), own_ends.tolist()
+            for i in range(len(e)):  # each bucket newest first: the batch's members, then the index's
+                lsh.update((own[oe[i - 1] if i else 0:oe[i]] + listed[e[i - 1] if i else 0:e[i]])[:cap])
 
     @property
     def passages(self) -> BatchView:
@@ -173,6 +199,12 @@ class BatchView:
         self._put(self.index.article_entries(seq, **article))
         for table, p in enumerate(article["permuted"] if article["index_sketches"] else ()):
             self.tables.setdefault((table, p & self.masks[table]), []).append((p, seq))
+        keys = article["bucket_keys"]
+        if article["index_sketches"] and len(keys):
+            self.filed.append((keys, seq))
+            if self.own is None:
+                self.own = BandTable(self.buckets.bands, self.buckets.rows, cap=_UNCAPPED, slots=256, nodes=128)
+            self.own.add(keys.reshape(1, -1), np.array([seq], dtype=np.uint32))
         self.mark(checkpoint, receipt, False)
         return seq
 
@@ -200,6 +232,10 @@ class BatchView:
         self.batch.put(key, value)
         index.db.write(self.batch)
         self.batch, self.writes = WriteBatch(raw_mode=True), 0
+        if self.filed:
+            self.buckets.add(np.stack([keys for keys, _ in self.filed]),
+                             np.array([seq for _, seq in self.filed], dtype=np.uint32))
+            self.filed, self.own = [], None
 
 
 class _Family:

@@ -46,15 +46,15 @@ from pathlib import Path
 import numpy as np
 
 from . import passages, rewrite
-from .batch import BatchView, Prepared, run_batch
+from .batch import NO_KEYS, BatchView, Prepared, run_batch
 from .config import EngineConfig
 from .decision import METHODS, Decision  # noqa: F401  (METHODS: re-exported)
 from .fingerprint import Fingerprint, Fingerprinter
 from .folding import FOLDING_VERSION
 from .identity import agreement
-from .index import BUCKET, SIGNATURE_BITS, Index, StoredArticle
+from .index import SIGNATURE_BITS, Index, StoredArticle
 from .index_record import _record_anchors
-from .lsh import Banding, LSHParams, explicit_params, optimal_params
+from .lsh import LSHParams, explicit_params, optimal_params
 from .minhash import bbit_jaccard, containment
 from .record import Article
 from .simhash import PermutedTables, hamming
@@ -79,7 +79,6 @@ class Deduplicator:
         c = self.config
         self.fingerprinter = Fingerprinter(c)
         self.lsh = lsh_params(c)
-        self.banding = Banding(self.lsh)
         self.tables = PermutedTables(c.simhash_k, c.simhash_blocks)
         settings = {"num_perm": c.num_perm, "seed": c.seed, "shingle_size": c.shingle_size,
                     "char_shingles": c.char_shingles, "folding": FOLDING_VERSION, "tokenizer": TOKENIZER_VERSION,
@@ -87,7 +86,7 @@ class Deduplicator:
                     "bands": self.lsh.bands, "rows": self.lsh.rows, "simhash_k": c.simhash_k,
                     "simhash_blocks": c.simhash_blocks, "passage_window": c.passage_window}
         self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET, memory=c.memory,
-                           table_key_bits=min(self.tables.key_bits))
+                           table_key_bits=min(self.tables.key_bits), banding=(self.lsh.bands, self.lsh.rows))
         self._last_evict = 0.0
         self.evicted_total = 0
 
@@ -178,8 +177,7 @@ class Deduplicator:
             return self._replay(view, view.seq_of(article_id), checkpoint, receipt)
         c = self.config
         fp, sig = prep.fp, prep.sig
-        bucket_keys: list[bytes] = []
-        buckets: list[bytes | None] = []
+        bucket_keys = NO_KEYS
         permuted: list[int] = []
         has_shingles = fp.n_shingles > 0
         passage: passages.PassageLookup | None = None
@@ -194,10 +192,9 @@ class Deduplicator:
             root_id = exact_hit.root_id
         else:
             if has_shingles:
-                bucket_keys, permuted = prep.keys(self.banding, self.tables)
+                bucket_keys, permuted = prep.keys(self.index.buckets, self.tables)
                 probes = list(zip(range(len(permuted)), permuted, self.tables.key_masks, strict=True))
                 lookup = view.lookup(bucket_keys, probes, c.simhash_k)
-                buckets = lookup.buckets
                 found = lookup.simhash | lookup.lsh
                 if len(found) > MAX_VERIFY:  # a flood of near-copies: verify a bounded subset
                     found = set(sorted(lookup.simhash)[:MAX_VERIFY // 2])
@@ -212,7 +209,7 @@ class Deduplicator:
         indexed = self._adds_to_index(decision, has_shingles)
         view.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
                     exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_stored(),
-                    bucket_keys=bucket_keys, buckets=buckets, permuted=permuted,
+                    bucket_keys=bucket_keys, permuted=permuted,
                     index_sketches=indexed, checkpoint=checkpoint,
                     receipt=receipt, identity=fp.identity, anchors=fp.anchors.shape[0],
                     words=fp.words if indexed else rewrite.NO_WORDS,
@@ -317,7 +314,7 @@ class Deduplicator:
             self.evict_expired(now)
 
     def _delete(self, art: StoredArticle) -> None:
-        bucket_keys = self.banding.keys(art.minhash, BUCKET) if art.indexed else []
+        bucket_keys = self.index.buckets.keys(art.minhash) if art.indexed else NO_KEYS
         permuted = self.tables.permute_all(art.simhash) if art.indexed else []
         postings = passages.removal_writes(self.index.passages, art.seq, self.index.passages_added(art.seq))
         self.index.delete(art, bucket_keys, permuted, postings)

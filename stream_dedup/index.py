@@ -1,4 +1,4 @@
-"""The persistent index: LSH buckets, permuted SimHash tables and article records in RocksDB.
+"""The persistent index: article records, permuted SimHash tables and passage lists in RocksDB, LSH buckets in memory.
 
 One RocksDB (via rocksdict, raw bytes) with six column families. Every integer is big-endian,
 so byte order is numeric order and a prefix seek is a range scan:
@@ -9,7 +9,6 @@ family     key                                        value                     
 points     ``A`` seq(8)                               article record (below)       verify, replay
 points     ``I`` mmh3(id)(8) article id (UTF-8)       seq(8)                       idempotency, remove
 points     ``X`` exact hash(16)                       seq(8)                       exact fast path
-points     ``B`` band(2) rows(2r)                     seq(4) x n, oldest first     LSH bucket
 points     ``D`` seq(8)                               anchors it added (6 bytes)   remove, evict
 passages   anchor(6)                                  seq(4) x n, oldest first     passage anchors
 simhash    table(1) permuted simhash(8) seq(8)        empty                        permuted tables
@@ -26,10 +25,11 @@ cache-missing skip-list hops. The SimHash tables use a hash skip list keyed by t
 is a seek within one small sorted bucket. Only the retention order needs a total order, and it
 has a plain skip list to itself. SST files use bloom filters, so absent keys skip disk reads.
 
-``seq`` is a dense internal number given in arrival order. An LSH bucket is one key whose value
-lists its members (at most ``max_bucket`` of them, the newest kept), so all bands of a signature
-are looked up in one multi-get; the article's own write appends to the values just read (the
-index has a single writer). The article record packs first-seen time, SimHash, set size, exact
+``seq`` is a dense internal number given in arrival order. The LSH buckets are not in RocksDB: they
+are derived from the records' signatures and kept in a :class:`~stream_dedup.band_table.BandTable`
+(at most ``max_bucket`` members each, the newest kept), built from the records when the index is
+first used after opening (:attr:`Index.buckets`) and updated after each write that RocksDB accepted,
+so a crash loses nothing that is not rebuilt from the records. The article record packs first-seen time, SimHash, set size, exact
 hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b-bit minwise hashing,
 see :func:`stored_signature`), the article id and its cluster root id (length-prefixed
 UTF-8), the identity sketch (uint32 BE, length-prefixed), and the decision first returned for it
@@ -55,10 +55,12 @@ import mmh3
 import numpy as np
 from rocksdict import MemtableFactory, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from .band_table import BandTable
 from .index_options import MemoryBudget, cache_counts
 from .index_record import (
     _RECORD,
     _SIG_DTYPE,
+    FLAG_INDEXED,
     NO_IDENTITY,
     SIGNATURE_BITS,
     StoredArticle,
@@ -76,21 +78,23 @@ _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
 _TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
 _TABLE_SEEK = struct.Struct(">BQ")    # table, permuted simhash masked to the table's key
-_BUCKET_SEQ = struct.Struct(">I")    # a member of an LSH bucket: its seq (4 bytes: 37 of them per article)
-_MAX_SEQ = 2**32 - 1                  # seqs are never reused (retention included): 4.3 billion articles
+_MAX_SEQ = 2**32 - 1                  # seqs are never reused (retention included): 4.3 billion articles (uint32 in buckets)
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
 # 5: 16-bit signature rows and LSH bucket keys, 4-byte bucket members, records hold the identity
 # sketch, ordered delivery receipts in their own family (3: 32-bit rows, 8-byte members);
 # 6: passage anchors (posting lists, D deletion lists, anchor count in the record);
-# 7: records hold the content-word bitmap of the rewrite rule (stream_dedup.rewrite)
-_SCHEMA = 7
+# 7: records hold the content-word bitmap of the rewrite rule (stream_dedup.rewrite);
+# 8: no LSH bucket keys (``B``) in RocksDB: they are kept in memory (a 7 is converted on opening)
+_SCHEMA = 8
+_BUCKETS_IN_ROCKSDB = 7  # the last format that stored them
+_FLAGS_AT = 20  # offset of the flags byte in a record
+_NO_MEMBERS = np.zeros(0, dtype=np.uint32)
 _POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
 DEFAULT = "default"  # the family of the state, checkpoints and settings
 Entry = tuple[str, bytes, bytes]  # a write: (family, key, value)
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
 _MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
 _ID_SEED = 0x1D5EED
-BUCKET = b"B"  # namespace of LSH bucket keys: pass ``Banding.keys(sig, prefix=BUCKET)`` as bucket keys
 
 
 # slots, not frozen: one is built per article on the hot path (frozen costs ~0.1 us per field); read-only by convention
@@ -98,7 +102,6 @@ BUCKET = b"B"  # namespace of LSH bucket keys: pass ``Banding.keys(sig, prefix=B
 class Lookup:
     lsh: set[int]                   # members of the signature's LSH buckets
     simhash: set[int]               # entries of the SimHash tables within the probe distance
-    buckets: list[bytes | None]     # raw bucket values, appended to by ``insert``
 
 
 def _u64(n: int) -> bytes:
@@ -115,12 +118,16 @@ class Index:
     """Key layout and primitive operations; the decision logic lives in :mod:`stream_dedup.engine`."""
 
     def __init__(self, path: str | Path, num_perm: int, settings: dict, max_bucket: int = 256,
-                 memory: int = 2 << 30, durable_writes: bool = True, table_key_bits: int = 24) -> None:
+                 memory: int = 2 << 30, durable_writes: bool = True, table_key_bits: int = 24,
+                 banding: tuple[int, int] = (0, 0)) -> None:
         """``memory``: RocksDB's budget in bytes (block cache, filters and memtables; see
         :mod:`stream_dedup.index_options`). ``table_key_bits``: the fewest key bits of any SimHash
-        table (probes agree on at least those)."""
+        table (probes agree on at least those). ``banding``: the LSH (bands, rows) that the bucket
+        keys are made with (see :class:`~stream_dedup.band_table.BandTable`)."""
         self.path = Path(path)
         self.max_bucket = max_bucket
+        self.banding = banding
+        self._buckets: BandTable | None = None
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
         # whole bytes of the permuted fingerprint that every probe's key covers
@@ -159,6 +166,10 @@ class Index:
     def _check_settings(self, settings: dict) -> None:
         wanted = json.dumps({"schema": _SCHEMA, **settings}, sort_keys=True).encode()
         stored = self.db.get(b"Msettings")
+        if stored is not None and stored != wanted \
+                and stored == json.dumps({"schema": _BUCKETS_IN_ROCKSDB, **settings}, sort_keys=True).encode():
+            self._points.delete_range(b"B", b"C")  # format 7 -> 8: the buckets move to memory
+            stored = None
         if stored is None:
             self.db.put(b"Msettings", wanted)
         elif stored != wanted:
@@ -177,7 +188,8 @@ class Index:
         """The memory budget, the block cache's usage (memtables charged to it included) and its
         hit and miss counts since the index was opened."""
         hits, misses = cache_counts(self._opts.get_statistics())
-        return {"memory_budget_bytes": self.budget.memory, "block_cache_usage_bytes": self.budget.cache.get_usage(),
+        return {"memory_budget_bytes": self.budget.memory,
+                "band_table_bytes": self._buckets.nbytes if self._buckets is not None else 0, "block_cache_usage_bytes": self.budget.cache.get_usage(),
                 "block_cache_pinned_bytes": self.budget.cache.get_pinned_usage(),
                 "memtable_bytes": self.budget.write_buffers.get_usage(),
                 "block_cache_hits": hits, "block_cache_misses": misses}
@@ -186,8 +198,45 @@ class Index:
         v = self.db.get(b"Mckpt:" + name.encode())
         return None if v is None else _U64.unpack(v)[0]
 
+    @property
+    def buckets(self) -> BandTable:
+        """The LSH buckets (built from the article records on first use: one scan of them)."""
+        if self._buckets is None:
+            self._buckets = self._build_buckets()
+        return self._buckets
+
+    def _build_buckets(self, chunk: int = 8192) -> BandTable:
+        table = BandTable(*self.banding, self.max_bucket)
+        start, end = _RECORD.size, _RECORD.size + _SIG_DTYPE.itemsize * self.num_perm
+        rows: list[bytes] = []
+        seqs: list[int] = []
+
+        def add() -> None:
+            raw = np.frombuffer(b"".join(rows), dtype=_SIG_DTYPE).reshape(len(rows), self.num_perm)
+            table.add(table.keys(raw), np.array(seqs, dtype=np.uint32))
+            rows.clear()
+            seqs.clear()
+
+        it = self._points.iter(self._ordered_read)
+        it.seek(b"A")
+        while it.valid():
+            key = it.key()
+            if key[0] != 0x41:  # past the records
+                break
+            v = it.value()
+            if v[_FLAGS_AT] & FLAG_INDEXED and _RECORD.unpack_from(v)[2] > 0:
+                rows.append(v[start:end])
+                seqs.append(_U64.unpack_from(key, 1)[0])
+                if len(rows) == chunk:
+                    add()
+            it.next()
+        del it
+        if rows:
+            add()
+        return table
+
     def key_counts(self) -> Counter:
-        """Keys per family (``A I X B D`` of points, ``S`` simhash, ``T`` time, ``P`` passages,
+        """Keys per family (``A I X D`` of points, ``S`` simhash, ``T`` time, ``P`` passages,
         ``M`` metadata); O(n)."""
         counts: Counter = Counter(bytes(k[:1]) for k in self._points.keys(read_opt=self._ordered_read))
         counts[b"S"] = sum(1 for _ in self._tables.keys(read_opt=self._ordered_read))
@@ -260,22 +309,22 @@ class Index:
         """The content-word bitmap of a raw record (see :mod:`stream_dedup.rewrite`)."""
         return _record_words(value, self.num_perm)
 
-    def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
-               max_distance: int = 64, buckets: list[bytes | None] | None = None) -> Lookup:
-        """Members of the signature's LSH buckets, and every SimHash within ``max_distance`` bits.
+    def lookup(self, bucket_keys: np.ndarray, table_probes: list[tuple[int, int, int]],
+               max_distance: int = 64, members: np.ndarray | None = None) -> Lookup:
+        """Members of the LSH buckets ``bucket_keys`` (uint64, :meth:`BandTable.keys`), and every
+        SimHash within ``max_distance`` bits. ``members``: the buckets' members if the caller has
+        read them.
 
         ``table_probes`` holds per table ``(table number, permuted query, key mask)``; masks are
         expected to cover ``table_prefix_bits`` (else the probe takes a slow total-order scan). A probe
         scans the whole key range (entries agreeing with the query on the masked key bits), with
         no cap, so no fingerprint within ``max_distance`` of the query is ever missed; entries
         farther away are dropped during the scan (Hamming distance is the same on permuted values).
-        ``buckets``: the values of ``bucket_keys`` if the caller has read them.
         """
-        if buckets is None:
-            buckets = self._points.get(bucket_keys) if bucket_keys else []
-        members = b"".join([v for v in buckets if v])
-        lsh = set(np.frombuffer(members, dtype=">u4").tolist()) if members else set()
-        return Lookup(lsh, self.probe(table_probes, max_distance), buckets)
+        if members is None:
+            members = self.buckets.lookup(bucket_keys) if len(bucket_keys) else _NO_MEMBERS
+        lsh = set(members.tolist())
+        return Lookup(lsh, self.probe(table_probes, max_distance))
 
     def probe(self, table_probes: list[tuple[int, int, int]], max_distance: int = 64) -> set[int]:
         """The SimHash part of :meth:`lookup`: seqs of the table entries within ``max_distance``."""
@@ -307,11 +356,14 @@ class Index:
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
         """Index one article in one atomic write: :meth:`article_entries` (its keyword arguments),
         the index state, and the ``checkpoint`` and ``receipt`` marks (see :meth:`mark`)."""
+        table = self.buckets  # built before the write: it must not find this article in the records
         seq = self.take_seq()
         entries = self.article_entries(seq, **article)
         entries.append(self.state_entry())
         entries += self.mark_entries(checkpoint, receipt, False)
         self.write(entries)
+        if article["index_sketches"] and len(article["bucket_keys"]):
+            table.add(article["bucket_keys"].reshape(1, -1), np.array([seq], dtype=np.uint32))
         return seq
 
     def take_seq(self) -> int:
@@ -330,13 +382,13 @@ class Index:
 
     def article_entries(self, seq: int, *, article_id: str, first_seen: float, simhash: int, n_shingles: int,
                         exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list,
-                        bucket_keys: list[bytes], buckets: list[bytes | None], permuted: list[int],
+                        bucket_keys: np.ndarray, permuted: list[int],
                         index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
                         postings: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")) -> list[Entry]:
         """The ``(family, key, value)`` writes that index article ``seq``.
 
-        ``bucket_keys`` are its LSH bucket keys (``BUCKET`` + band key) with ``buckets`` their
-        values as :meth:`lookup` read them; ``permuted`` is its SimHash permuted for each table.
+        ``bucket_keys`` are its LSH bucket keys (filed in :attr:`buckets` by the caller once the
+        write is done, not written here); ``permuted`` is its SimHash permuted for each table.
         ``anchors`` is its number of passage anchors, ``postings`` the passage lists to write and
         the anchors it added (:func:`stream_dedup.passages.posting_writes`; made for this ``seq``).
         """
@@ -348,10 +400,6 @@ class Index:
             (_TIME, _u64(int(first_seen * 1000)) + s8, b"")]
         if index_sketches:
             out.append((_POINTS, b"X" + exact, s8))
-            cap = _BUCKET_SEQ.size * self.max_bucket
-            s4 = _BUCKET_SEQ.pack(seq)
-            out += [(_POINTS, bk, (members + s4)[-cap:] if members else s4)
-                    for bk, members in zip(bucket_keys, buckets, strict=True)]
             pack = _TABLE_ENTRY.pack
             out += [(_SIMHASH, pack(table, p, seq), b"") for table, p in enumerate(permuted)]
         if postings[0]:
@@ -411,10 +459,11 @@ class Index:
         """The anchors article ``seq`` added to the passage lists (6 bytes each), if any."""
         return self._points.get(DELETE_PREFIX + _u64(seq))
 
-    def delete(self, art: StoredArticle, bucket_keys: list[bytes], permuted: list[int],
+    def delete(self, art: StoredArticle, bucket_keys: np.ndarray, permuted: list[int],
                postings: list[tuple[bytes, bytes | None]] = ()) -> None:
-        """Remove every key of ``art`` in one atomic write (bucket values are read, so one at a time);
+        """Remove every key of ``art`` in one atomic write, then its LSH bucket entries (``bucket_keys``);
         ``postings`` are its passage lists rewritten without it (None: delete)."""
+        table = self.buckets
         points = self._cf[_POINTS]
         wb = WriteBatch(raw_mode=True)
         s8 = _u64(art.seq)
@@ -431,21 +480,13 @@ class Index:
         if art.indexed:
             if self.exact_match(art.exact) == art.seq:
                 wb.delete(b"X" + art.exact, points)
-            buckets = self._points.get(bucket_keys) if bucket_keys else []
-            for bk, members in zip(bucket_keys, buckets, strict=True):
-                if not members:
-                    continue
-                n, s4 = _BUCKET_SEQ.size, _BUCKET_SEQ.pack(art.seq)
-                kept = b"".join(members[i:i + n] for i in range(0, len(members), n) if members[i:i + n] != s4)
-                if kept:
-                    wb.put(bk, kept, points)
-                else:
-                    wb.delete(bk, points)
-            for table, p in enumerate(permuted):
-                wb.delete(_TABLE_ENTRY.pack(table, p, art.seq), self._cf[_SIMHASH])
+            for number, p in enumerate(permuted):
+                wb.delete(_TABLE_ENTRY.pack(number, p, art.seq), self._cf[_SIMHASH])
         self.count -= 1
         wb.put(b"Mstate", _STATE.pack(self.next_seq, self.count))
         self.db.write(wb)
+        if art.indexed and len(bucket_keys):
+            table.remove(bucket_keys, art.seq)
 
     def oldest(self, before: float, limit: int) -> list[int]:
         """Seqs first seen before ``before`` (epoch seconds), oldest first."""

@@ -118,3 +118,39 @@ def test_decide_batch_keeps_each_articles_own_time(tmp_path: Path, textgen: Simp
             first.setdefault(article_id, times[i])  # a repeated id keeps its first time
         for article_id, t in first.items():
             assert d.index.article(d.index.seq_of(article_id)).first_seen == t
+
+
+def test_a_batch_reads_the_lsh_buckets_as_they_will_be_after_its_commit(tmp_path: Path) -> None:
+    """The batch's own bucket members are seen before they reach the index's bucket table, capped
+    as the table will cap them (a bucket holds its newest ``max_bucket`` members)."""
+    from stream_dedup.batch import BatchView
+    from stream_dedup.index import Index
+
+    index = Index(tmp_path / "s", num_perm=8, settings={"test": "batch-buckets"}, max_bucket=3, banding=(2, 3))
+
+    def sig(n: int, odd: bool) -> np.ndarray:
+        s = np.arange(8, dtype=np.uint16) + 100 * n + 1000
+        s[0:3] = 7          # band 0: shared by every article
+        s[3:6] = 1 + odd    # band 1: shared by the odd or the even ones
+        return s.astype(">u2")
+
+    def article(n: int) -> dict:
+        s = sig(n, n % 2 == 1)
+        return dict(article_id=f"a{n}", first_seen=0.0, simhash=n, n_shingles=10, exact=n.to_bytes(16, "big"),
+                    minhash=s, root_id=f"a{n}", decision={}, bucket_keys=index.buckets.keys(s), permuted=[],
+                    index_sketches=True, checkpoint=None)
+
+    for n in range(2):
+        index.insert(**article(n))
+    view = BatchView(index, [])
+    seen = []
+    for n in range(2, 7):
+        seen.append(view.lookup(index.buckets.keys(sig(n, n % 2 == 1)), [], 64).lsh)
+        view.insert(**article(n))
+    probe = [index.buckets.keys(sig(9, odd)) for odd in (False, True)]
+    before = [view.lookup(keys, [], 64).lsh for keys in probe]
+    view.commit()
+    # band 0 keeps its newest 3 (n = 5 no longer finds 1 there, but in band 1), band 1 is capped too
+    assert seen == [{0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {1, 2, 3, 4}, {0, 2, 3, 4, 5}]
+    assert before == [index.lookup(keys, [], 64).lsh for keys in probe] == [{2, 4, 5, 6}, {1, 3, 4, 5, 6}]
+    index.close()

@@ -9,26 +9,42 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stream_dedup.index import BUCKET, Index
+from stream_dedup.index import Index
+from stream_dedup.index_record import stored_signature
 
 SETTINGS = {"num_perm": 8, "seed": 1, "purpose": "index-test"}
+BANDING = (2, 3)  # two bands of three rows: signature rows 0-2 and 3-5
 
 
 def open_index(path: Path, **kw) -> Index:
-    return Index(path, num_perm=8, settings=kw.pop("settings", SETTINGS), **kw)
+    return Index(path, num_perm=8, settings=kw.pop("settings", SETTINGS), banding=BANDING, **kw)
 
 
-def add(index: Index, n: int, *, band_keys: list[bytes] = (), permuted: list[int] = (), first_seen: float = 0.0,
-        indexed: bool = True, exact: bytes | None = None, simhash: int = 0, decision: dict | None = None,
-        checkpoint: tuple[str, int] | None = None, article_id: str | None = None,
+def signature(n: int, band0: int | None = None, band1: int | None = None) -> np.ndarray:
+    """A signature whose band 0 (and band 1) rows are shared by every call with the same value."""
+    sig = np.arange(8, dtype=np.uint32) + 100 * n + 1000
+    if band0 is not None:
+        sig[0:3] = band0
+    if band1 is not None:
+        sig[3:6] = band1
+    return sig
+
+
+def keys(index: Index, sig: np.ndarray) -> np.ndarray:
+    return index.buckets.keys(stored_signature(sig))
+
+
+def add(index: Index, n: int, *, sig: np.ndarray | None = None, bucketed: bool = False, permuted: list[int] = (),
+        first_seen: float = 0.0, indexed: bool = True, exact: bytes | None = None, simhash: int = 0,
+        decision: dict | None = None, checkpoint: tuple[str, int] | None = None, article_id: str | None = None,
         receipt: bytes | None = None) -> int:
-    band_keys = list(band_keys)
-    found = index.lookup(band_keys, [], 256)  # band keys already carry the BUCKET namespace
+    """Insert article ``n`` (filed in its LSH buckets if ``bucketed``, as the engine does when it has shingles)."""
+    sig = signature(n) if sig is None else sig
+    band_keys = keys(index, sig) if bucketed else np.zeros(0, dtype=np.uint64)
     return index.insert(article_id=article_id or f"a{n}", first_seen=first_seen, simhash=simhash, n_shingles=n + 1,
-                        exact=exact or n.to_bytes(16, "big"), minhash=np.arange(8, dtype=np.uint32) + n,
+                        exact=exact or n.to_bytes(16, "big"), minhash=sig,
                         root_id=f"root{n}", decision=decision or {"n": n}, bucket_keys=band_keys,
-                        buckets=found.buckets, permuted=list(permuted), index_sketches=indexed,
-                        checkpoint=checkpoint, receipt=receipt)
+                        permuted=list(permuted), index_sketches=indexed, checkpoint=checkpoint, receipt=receipt)
 
 
 def key_families(index: Index) -> Counter:
@@ -41,8 +57,8 @@ def test_record_round_trip(tmp_path: Path) -> None:
     sig = np.array([0, 1, 2**32 - 1, 7, 8, 9, 10, 2**31], dtype=np.uint32)
     decision = {"id": with_unicode, "type": "new", "similarity": None, "methods": ["a", "b"]}
     seq = idx.insert(article_id=with_unicode, first_seen=1234.5678, simhash=2**64 - 1, n_shingles=2**32 - 1,
-                     exact=b"\x01" * 16, minhash=sig, root_id="root-ü", decision=decision, bucket_keys=[],
-                     buckets=[], permuted=[], index_sketches=True, checkpoint=None)
+                     exact=b"\x01" * 16, minhash=sig, root_id="root-ü", decision=decision,
+                     bucket_keys=np.zeros(0, dtype=np.uint64), permuted=[], index_sketches=True, checkpoint=None)
     art = idx.article(seq)
     assert art is not None
     assert (art.seq, art.article_id, art.root_id, art.first_seen, art.simhash, art.n_shingles, art.exact,
@@ -69,11 +85,11 @@ def test_seqs_are_dense_and_count(tmp_path: Path) -> None:
 
 def test_unindexed_records_have_no_sketch_keys(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
-    seq = add(idx, 0, band_keys=[BUCKET + b"\x00\x00band"], permuted=[5], indexed=False)
+    seq = add(idx, 0, bucketed=True, permuted=[5], indexed=False)
     assert idx.exact_match((0).to_bytes(16, "big")) is None
-    assert idx.lookup([BUCKET + b"\x00\x00band"], [], 256).lsh == set()
+    assert idx.lookup(keys(idx, signature(0)), [], 256).lsh == set() and idx.buckets.members == 0
     fam = key_families(idx)
-    assert fam[b"X"] == 0 and fam[b"B"] == 0 and fam[b"S"] == 0
+    assert fam[b"X"] == 0 and fam[b"S"] == 0
     assert fam[b"A"] == 1 and fam[b"I"] == 1 and fam[b"T"] == 1
     assert idx.article(seq).indexed is False
     idx.close()
@@ -81,14 +97,15 @@ def test_unindexed_records_have_no_sketch_keys(tmp_path: Path) -> None:
 
 def test_lsh_buckets_collect_members_and_keep_the_newest(tmp_path: Path) -> None:
     idx = open_index(tmp_path, max_bucket=3)
-    shared, own = BUCKET + b"\x00\x01shared", BUCKET + b"\x00\x02own"
     for n in range(5):
-        add(idx, n, band_keys=[shared] + ([own] if n == 0 else []))
-    found = idx.lookup([shared, own, BUCKET + b"\x00\x03absent"], [], 256)
+        add(idx, n, sig=signature(n, band0=7), bucketed=True)  # band 0 shared, band 1 each its own
+    shared, own = keys(idx, signature(0, band0=7))
+    absent = keys(idx, signature(9))[1]
+    found = idx.lookup(np.array([shared, own, absent], dtype=np.uint64), [], 256)
     assert found.lsh == {2, 3, 4, 0}  # shared bucket capped to the newest 3; `own` holds 0
-    assert found.buckets[2] is None
-    assert np.frombuffer(found.buckets[0], dtype=">u4").tolist() == [2, 3, 4]  # oldest first, 4 bytes each
-    assert idx.lookup([], [], 256).lsh == set()
+    assert idx.buckets.lookup(np.array([shared, absent, own], dtype=np.uint64)).tolist() == [4, 3, 2, 0]
+    assert idx.lookup(np.zeros(0, dtype=np.uint64), [], 256).lsh == set()
+    assert key_families(idx)[b"B"] == 0  # nothing of the buckets is in RocksDB
     idx.close()
 
 
@@ -113,18 +130,19 @@ def test_simhash_probe_is_a_masked_range_scan(tmp_path: Path) -> None:
 
 def test_delete_removes_every_key_of_the_article(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
-    shared, own = BUCKET + b"\x00\x01shared", BUCKET + b"\x00\x02own"
-    add(idx, 0, band_keys=[shared, own], permuted=[10], first_seen=5.0)
-    add(idx, 1, band_keys=[shared], permuted=[11], first_seen=6.0)
+    add(idx, 0, sig=signature(0, band0=7), bucketed=True, permuted=[10], first_seen=5.0)
+    add(idx, 1, sig=signature(1, band0=7), bucketed=True, permuted=[11], first_seen=6.0)
     before = key_families(idx)
     art = idx.article(0)
-    idx.delete(art, [shared, own], [10])
+    idx.delete(art, keys(idx, art.minhash), [10])
     after = key_families(idx)
-    assert before - after == Counter({b"A": 1, b"I": 1, b"T": 1, b"X": 1, b"B": 1, b"S": 1})
+    assert before - after == Counter({b"A": 1, b"I": 1, b"T": 1, b"X": 1, b"S": 1})
     assert idx.count == 1
     assert idx.seq_of("a0") is None and idx.article(0) is None and idx.exact_match((0).to_bytes(16, "big")) is None
-    found = idx.lookup([shared, own], [(0, 0, 0)], 256)
-    assert found.lsh == {1} and found.buckets[1] is None and found.simhash == {1}
+    shared, own = keys(idx, signature(0, band0=7))
+    found = idx.lookup(np.array([shared, own], dtype=np.uint64), [(0, 0, 0)], 256)
+    assert found.lsh == {1} and found.simhash == {1}
+    assert idx.buckets.lookup(np.array([own], dtype=np.uint64)).size == 0 and idx.buckets.members == 2
     assert idx.oldest(100.0, 10) == [1]
     idx.close()
 
@@ -134,7 +152,7 @@ def test_delete_keeps_keys_now_owned_by_another_article(tmp_path: Path) -> None:
     add(idx, 0, article_id="same", exact=b"E" * 16)
     old = idx.article(0)
     add(idx, 1, article_id="same", exact=b"E" * 16)  # id and exact hash now point to seq 1
-    idx.delete(old, [], [])
+    idx.delete(old, np.zeros(0, dtype=np.uint64), [])
     assert idx.seq_of("same") == 1 and idx.exact_match(b"E" * 16) == 1
     idx.close()
 
@@ -166,15 +184,22 @@ def test_checkpoints(tmp_path: Path) -> None:
 
 
 def test_state_survives_reopen(tmp_path: Path) -> None:
-    idx = open_index(tmp_path)
-    for n in range(3):
-        add(idx, n, band_keys=[BUCKET + b"\x00\x00k"])
-    idx.delete(idx.article(1), [BUCKET + b"\x00\x00k"], [])
+    idx = open_index(tmp_path, max_bucket=4)
+    for n in range(7):
+        add(idx, n, sig=signature(n, band0=7, band1=n % 2), bucketed=True)
+    add(idx, 7, sig=signature(7, band0=7), bucketed=True, indexed=False)  # not in the buckets
+    idx.delete(idx.article(5), keys(idx, idx.article(5).minhash), [])
+    (shared, even), odd = keys(idx, signature(0, band0=7, band1=0)), keys(idx, signature(1, band0=7, band1=1))[1]
+    every = np.array([shared, even, odd], dtype=np.uint64)
+    live = [idx.buckets.lookup(every[i:i + 1]).tolist() for i in range(len(every))]
+    assert live == [[6, 4, 3], [6, 4, 2, 0], [3, 1]]  # newest first; 5 deleted; the shared one capped at 4
     idx.close()
-    idx = open_index(tmp_path)
-    assert idx.count == 2 and idx.next_seq == 3
-    assert add(idx, 3) == 3
-    assert idx.lookup([BUCKET + b"\x00\x00k"], [], 256).lsh == {0, 2}
+    idx = open_index(tmp_path, max_bucket=4)  # the buckets are rebuilt from the records
+    assert idx.count == 7 and idx.next_seq == 8
+    assert [idx.buckets.lookup(every[i:i + 1]).tolist() for i in range(len(every))] == [[6, 4, 3, 2], [6, 4, 2, 0],
+                                                                                         [3, 1]]
+    assert add(idx, 8, sig=signature(8, band0=7), bucketed=True) == 8
+    assert idx.lookup(every[:1], [], 256).lsh == {8, 6, 4, 3}
     assert idx.article(2).decision == {"n": 2}
     idx.close()
 
@@ -196,16 +221,29 @@ def test_an_index_in_the_old_format_is_refused_in_one_line(tmp_path: Path) -> No
     stored = json.loads(idx.db.get(b"Msettings"))
     idx.db.put(b"Msettings", json.dumps({**stored, "schema": 6}, sort_keys=True).encode())  # as format 6 wrote it
     idx.close()
-    with pytest.raises(ValueError, match=r"is in format 6 .*reads format 7 \(16-bit signatures\).*Rebuild") as err:
+    with pytest.raises(ValueError, match=r"is in format 6 .*reads format 8 \(16-bit signatures\).*Rebuild") as err:
         open_index(tmp_path)
     assert "\n" not in str(err.value)
+
+
+def test_an_index_of_format_7_drops_its_bucket_keys_and_opens(tmp_path: Path) -> None:
+    idx = open_index(tmp_path)
+    add(idx, 0, sig=signature(0, band0=7), bucketed=True)
+    stored = json.loads(idx.db.get(b"Msettings"))
+    idx.db.put(b"Msettings", json.dumps({**stored, "schema": 7}, sort_keys=True).encode())
+    idx._points.put(b"B\x00\x00" + bytes(6), (0).to_bytes(4, "big"))  # a bucket as format 7 kept it
+    idx.close()
+    idx = open_index(tmp_path)
+    assert key_families(idx)[b"B"] == 0 and json.loads(idx.db.get(b"Msettings"))["schema"] == 8
+    assert idx.lookup(keys(idx, signature(0, band0=7))[:1], [], 256).lsh == {0}
+    idx.close()
 
 
 def test_seqs_beyond_what_a_bucket_can_name_are_refused(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
     idx.next_seq = 2**32 - 1
-    assert add(idx, 0, band_keys=[BUCKET + b"\x00\x00k"]) == 2**32 - 1   # the last one a bucket can hold
-    assert idx.lookup([BUCKET + b"\x00\x00k"], [], 256).lsh == {2**32 - 1}
+    assert add(idx, 0, bucketed=True) == 2**32 - 1   # the last one a bucket can hold
+    assert idx.lookup(keys(idx, signature(0)), [], 256).lsh == {2**32 - 1}
     with pytest.raises(OverflowError, match="rebuild it"):
         add(idx, 1)
     idx.close()

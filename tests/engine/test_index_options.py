@@ -17,7 +17,7 @@ def fill(index: Index, n: int) -> None:
     for i in range(n):
         index.insert(article_id=f"a{i}", first_seen=float(i), simhash=i, n_shingles=10, exact=i.to_bytes(16, "big"),
                      minhash=np.arange(8, dtype=np.uint32) + i, root_id=f"a{i}", decision={"n": i},
-                     bucket_keys=[], buckets=[], permuted=[], index_sketches=False, checkpoint=None)
+                     bucket_keys=np.zeros(0, np.uint64), permuted=[], index_sketches=False, checkpoint=None)
 
 
 def test_budget_split() -> None:
@@ -66,12 +66,13 @@ def test_cache_counts_parses_the_statistics_dump() -> None:
 def test_metrics_follow_the_memory_stats() -> None:
     m = Metrics()
     stats = {"memory_budget_bytes": 1 << 30, "block_cache_usage_bytes": 5000, "block_cache_hits": 90,
-             "block_cache_misses": 10}
+             "block_cache_misses": 10, "band_table_bytes": 4096}
     m.observe_memory(stats)
     m.observe_memory({**stats, "block_cache_hits": 150, "block_cache_misses": 30})
     value = m.registry.get_sample_value
     assert value("stream_dedup_memory_budget_bytes") == 1 << 30
     assert value("stream_dedup_block_cache_usage_bytes") == 5000
+    assert value("stream_dedup_band_table_bytes") == 4096
     assert value("stream_dedup_block_cache_lookups_total", {"result": "hit"}) == 150
     assert value("stream_dedup_block_cache_lookups_total", {"result": "miss"}) == 30
 
@@ -83,7 +84,7 @@ def test_write_ahead_log_stays_bounded(tmp_path: Path) -> None:
     for i in range(30_000):  # ~15 MB of records, past 2 memtables (8 MB) of log
         index.insert(article_id=f"a{i}", first_seen=float(i), simhash=i, n_shingles=10, exact=i.to_bytes(16, "big"),
                      minhash=np.arange(8, dtype=np.uint32) + i, root_id=f"a{i}", decision={"pad": "x" * 400},
-                     bucket_keys=[], buckets=[], permuted=[], index_sketches=False, checkpoint=None)
+                     bucket_keys=np.zeros(0, np.uint64), permuted=[], index_sketches=False, checkpoint=None)
     logs = sum(p.stat().st_size for p in tmp_path.glob("*.log"))
     tables = sum(p.stat().st_size for p in tmp_path.glob("*.sst"))
     index.close()

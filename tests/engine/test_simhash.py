@@ -143,7 +143,7 @@ class SimHashStore:
         n = len(self.fps)
         seq = self.index.insert(
             article_id=f"a{n}", first_seen=0.0, simhash=fp, n_shingles=10, exact=n.to_bytes(16, "big"),
-            minhash=np.zeros(8, np.uint32), root_id=f"a{n}", decision={}, bucket_keys=[], buckets=[],
+            minhash=np.zeros(8, np.uint32), root_id=f"a{n}", decision={}, bucket_keys=np.zeros(0, np.uint64),
             permuted=self.tables.permute_all(fp),
             index_sketches=True, checkpoint=None)
         self.fps[seq] = fp

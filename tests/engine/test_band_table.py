@@ -1,0 +1,89 @@
+"""stream_dedup.band_table: the in-memory LSH buckets against a plain dict-of-lists model."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from stream_dedup.band_table import EMPTY, BandTable
+
+
+class Model:
+    """The buckets as lists, newest first, capped (what the RocksDB lists of format 7 were)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.lists: dict[int, list[int]] = {}
+
+    def add(self, keys: list[int], seq: int) -> None:
+        for k in keys:
+            self.lists[k] = ([seq] + self.lists.get(k, []))[: self.cap]
+
+    def remove(self, keys: list[int], seq: int) -> None:
+        for k in keys:
+            if seq in self.lists.get(k, []):
+                self.lists[k].remove(seq)
+
+
+@pytest.mark.parametrize("cap", [1, 3, 256])
+def test_random_adds_and_removes_match_the_model(cap: int) -> None:
+    rnd = random.Random(cap)
+    table = BandTable(bands=4, rows=3, cap=cap, slots=16, nodes=8)  # tiny: it must grow and rehash
+    model = Model(cap)
+    universe = [rnd.getrandbits(64) % (2**64 - 1) for _ in range(300)]  # EMPTY itself is never a key
+    added: list[tuple[list[int], int]] = []
+    for seq in range(3000):
+        if added and rnd.random() < 0.3:
+            keys, old = added.pop(rnd.randrange(len(added)))
+            table.remove(np.array(keys, dtype=np.uint64), old)
+            model.remove(keys, old)
+        keys = rnd.sample(universe, 4)
+        table.add(np.array([keys], dtype=np.uint64), np.array([seq], dtype=np.uint32))
+        model.add(keys, seq)
+        added.append((keys, seq))
+    for k in universe:
+        assert table.lookup(np.array([k], dtype=np.uint64)).tolist() == model.lists.get(k, [])
+    assert table.members == sum(len(v) for v in model.lists.values())
+    assert table.slot_keys.shape[0] > 16 and table.node_seq.shape[0] > 8
+
+
+def test_lookup_concatenates_buckets_in_the_order_asked() -> None:
+    table = BandTable(bands=2, rows=1, cap=10)
+    table.add(np.array([[1, 2], [1, 3]], dtype=np.uint64), np.array([7, 8], dtype=np.uint32))
+    assert table.lookup(np.array([3, 1, 99, 2], dtype=np.uint64)).tolist() == [8, 8, 7, 7]
+    assert table.lookup(np.zeros(0, dtype=np.uint64)).tolist() == []
+
+
+def test_emptied_buckets_are_dropped_when_the_table_is_rehashed() -> None:
+    table = BandTable(bands=1, rows=1, cap=4, slots=16)
+    for seq in range(100):  # each key used once, then removed: the slots fill with emptied buckets
+        table.add(np.array([[seq]], dtype=np.uint64), np.array([seq], dtype=np.uint32))
+        table.remove(np.array([seq], dtype=np.uint64), seq)
+    assert table.members == 0 and table.slot_keys.shape[0] == 16  # rehashed in place, never grown
+    assert table.meta[0] <= 12
+
+
+def test_keys_pack_bands_and_rows_exactly_up_to_three_rows() -> None:
+    sig = np.array([1, 2, 3, 4, 5, 6, 0xFFFF, 0xFFFF], dtype=">u2")
+    table = BandTable(bands=2, rows=3, cap=1)
+    raw = sig.view(np.uint16)  # the record's big-endian bytes, read natively by the kernel
+    expect = [(0 << 48) | (int(raw[0]) << 32) | (int(raw[1]) << 16) | int(raw[2]),
+              (1 << 48) | (int(raw[3]) << 32) | (int(raw[4]) << 16) | int(raw[5])]
+    assert table.keys(sig).tolist() == expect
+    assert table.keys(np.stack([sig, sig])).tolist() == [expect, expect]  # (np.stack makes them native)
+    assert table.keys(sig.astype(np.uint16)).tolist() == expect  # the same values, the same keys
+
+
+def test_keys_of_more_than_three_rows_are_hashed_and_never_empty() -> None:
+    table = BandTable(bands=4, rows=8, cap=1)
+    rng = np.random.default_rng(3)
+    sigs = rng.integers(0, 2**16, size=(2000, 32), dtype=np.uint16)
+    keys = table.keys(sigs)
+    assert keys.shape == (2000, 4) and not (keys == EMPTY).any()
+    assert len(set(keys.ravel().tolist())) == keys.size  # no collision among 8,000 random bands
+    same = sigs[:2].copy()
+    same[1, :8] = same[0, :8]  # band 0 agrees, the others do not
+    k = table.keys(same)
+    assert k[0, 0] == k[1, 0] and (k[0, 1:] != k[1, 1:]).all()
