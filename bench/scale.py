@@ -11,7 +11,7 @@
    this tree's code), with ``--stats-every CHUNK`` and ``--memory``, into a fresh ``--state``.
 3. Prints one row per chunk: records/s over the chunk, CPU time per record (the process's, RocksDB
    compaction threads included: unlike the rate, it does not depend on what else runs), RSS, index bytes on disk per article,
-   block cache use and hit rate, the LSH buckets' memory; then whether every chunk's rate stayed within 20 % of the
+   block cache use and hit rate, the memory of the LSH buckets and passage lists; then whether every chunk's rate stayed within 20 % of the
    first's, and how long the full index takes to open again (its LSH buckets rebuilt from the records).
 
 Run anything longer than ~30 s under the shared lock: ``flock /work/bench.lock python bench/scale.py``.
@@ -120,7 +120,7 @@ def reopen_seconds(state: Path, memory: str, extra: list[str]) -> float:
 
 def print_header() -> None:
     print("| articles | records/s | vs first | CPU ms/record | RSS MB | index MB | bytes/article | cache used MB "
-          "| hit rate | LSH buckets MB |")
+          "| hit rate | lists in memory MB |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
 
 
@@ -132,7 +132,8 @@ def print_row(s: dict, first: dict, before: dict | None) -> None:
     print(f"| {s['index_articles']:,} | {rate:,.0f} | {rate / first['chunk_records_per_second']:.0%} | {cpu:.2f} | "
           f"{s['rss_bytes'] / 2**20:,.0f} | {s['index_bytes'] / 2**20:,.0f} | "
           f"{s['index_bytes'] / max(1, s['index_articles']):,.0f} | {s['block_cache_usage_bytes'] / 2**20:,.0f} | "
-          f"{'-' if hit is None else f'{hit:.1%}'} | {s.get('band_table_bytes', 0) / 2**20:,.0f} |", flush=True)
+          f"{'-' if hit is None else f'{hit:.1%}'} | {(s.get('band_table_bytes', 0) + s.get('passage_lists_bytes', 0)) / 2**20:,.0f} |",
+          flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""LSH band buckets in memory: one open-addressing hash table of bucket lists, rebuilt from the index.
+"""LSH band buckets (and passage lists) in memory: open-addressing hash tables of member lists,
+rebuilt from the index.
 
 Banding LSH (:mod:`stream_dedup.lsh`) files every indexed article under one bucket per band. Kept
 in RocksDB, that was 37 read-modify-write puts per article (each bucket value a list of members),
@@ -14,15 +15,21 @@ Layout (numpy arrays, the operations are numba kernels):
   (16 bits each) packed, so two signatures share a bucket iff the band agrees (no collision to
   reason about); for ``r > 3`` it is a 64-bit mix of them (a false collision, ~n/2^64 per lookup,
   only adds a candidate that verification then rejects);
-* ``slot_keys[C]`` / ``slot_head[C]``: open addressing with linear probing, ``C`` a power of two,
-  at most 3/4 full; a slot whose list became empty keeps its key until the next rehash;
+* ``slot_keys[C]`` / ``slot_head[C]``: open addressing with linear probing, at most 80 % full and
+  grown by half when it would be fuller (so 53-80 % full); a slot whose list became empty keeps its
+  key until the next rehash;
 * ``node_seq[N]`` / ``node_next[N]``: each bucket a singly linked list of article seqs, newest
   first, at most ``cap`` long (adding to a full bucket drops its oldest member, as the RocksDB
   lists did); freed nodes go to a free list.
 
-Memory: 12 bytes a slot (at 3/8 to 3/4 load) and 8 bytes a member: ~25-40 bytes per band entry,
-~1 KB per article at 37 bands (:attr:`BandTable.nbytes`; the ``stream_dedup_band_table_bytes``
-gauge). Rebuilding reads every article record once: see the README for the time per million.
+Memory: 12 bytes a slot and 8 bytes a member (node arrays also grown by half): ~25-32 bytes per
+band entry, ~1 KB per indexed article at 37 bands (:attr:`MemberLists.nbytes`; the
+``stream_dedup_band_table_bytes`` gauge). Rebuilding reads every article record once: see the
+README for the time per million.
+
+The posting lists of :mod:`stream_dedup.passages` (anchor -> the articles holding it, at most
+``--passage-common-docs`` of them) are :class:`MemberLists` too, rebuilt from the anchors each
+article's ``D`` key lists.
 """
 
 from __future__ import annotations
@@ -32,22 +39,22 @@ import numpy as np
 from .jit import inline, kernel
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key has it: see band_keys)
-MAX_LOAD = 0.75
+MAX_LOAD = 0.8   # slots used (live or emptied) at most; a rehash leaves the live ones at most 0.8 / GROWTH
+GROWTH = 1.5
+UNCAPPED = 2**31 - 1  # a cap no list reaches
 _META = 5  # meta: slots used (live or emptied), node high-water mark, free-list head, members, live slots
 
 
 @inline
-def _home(key, mask):
-    return np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
-
-
-@inline
 def _slot_of(slot_keys, key):
-    """The slot holding ``key``, or the free slot where it would go."""
-    mask = slot_keys.shape[0] - 1
-    h = _home(key, mask)
+    """The slot holding ``key``, or the free slot where it would go (linear probing from its home,
+    the top 32 bits of a multiplicative hash scaled to the table's size: any size works)."""
+    size = slot_keys.shape[0]
+    h = np.int64((((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) * np.uint64(size)) >> np.uint64(32))
     while slot_keys[h] != key and slot_keys[h] != EMPTY:
-        h = (h + 1) & mask
+        h += 1
+        if h == size:
+            h = 0
     return h
 
 
@@ -102,42 +109,40 @@ def table_members(slot_keys, slot_head, node_seq, node_next, keys, ends):
 
 @kernel
 def table_add(slot_keys, slot_head, node_seq, node_next, meta, keys, seqs, cap):
-    """File article ``seqs[i]`` under the buckets ``keys[i]`` (uint64[n, bands]), newest first; a
-    bucket over ``cap`` members loses its oldest. The caller has made room (:meth:`BandTable.reserve`)."""
+    """File ``seqs[i]`` under the key ``keys[i]`` (uint64[m], uint32[m]), newest first; a list over
+    ``cap`` members loses its oldest. The caller has made room (:meth:`MemberLists.reserve`)."""
     for i in range(keys.shape[0]):
-        seq = seqs[i]
-        for b in range(keys.shape[1]):
-            key = keys[i, b]
-            h = _slot_of(slot_keys, key)
-            if slot_keys[h] == EMPTY:
-                slot_keys[h] = key
-                slot_head[h] = -1
-                meta[0] += 1
-            if slot_head[h] < 0:
-                meta[4] += 1
-            node = meta[2]
-            if node >= 0:
-                meta[2] = node_next[node]
-            else:
-                node = meta[1]
-                meta[1] += 1
-            node_seq[node] = seq
-            node_next[node] = slot_head[h]
-            slot_head[h] = node
-            meta[3] += 1
-            count = 1
-            while count < cap and node >= 0:  # the cap-th member, whose successors go
-                node = node_next[node]
-                count += 1
-            if node >= 0:
-                drop = np.int64(node_next[node])
-                node_next[node] = -1
-                while drop >= 0:
-                    after = np.int64(node_next[drop])
-                    node_next[drop] = meta[2]
-                    meta[2] = drop
-                    meta[3] -= 1
-                    drop = after
+        key = keys[i]
+        h = _slot_of(slot_keys, key)
+        if slot_keys[h] == EMPTY:
+            slot_keys[h] = key
+            slot_head[h] = -1
+            meta[0] += 1
+        if slot_head[h] < 0:
+            meta[4] += 1
+        node = meta[2]
+        if node >= 0:
+            meta[2] = node_next[node]
+        else:
+            node = meta[1]
+            meta[1] += 1
+        node_seq[node] = seqs[i]
+        node_next[node] = slot_head[h]
+        slot_head[h] = node
+        meta[3] += 1
+        count = 1
+        while count < cap and node >= 0:  # the cap-th member, whose successors go
+            node = node_next[node]
+            count += 1
+        if node >= 0:
+            drop = np.int64(node_next[node])
+            node_next[node] = -1
+            while drop >= 0:
+                after = np.int64(node_next[drop])
+                node_next[drop] = meta[2]
+                meta[2] = drop
+                meta[3] -= 1
+                drop = after
 
 
 @kernel
@@ -179,17 +184,80 @@ def table_rehash(slot_keys, slot_head, new_keys, new_head):
     return moved
 
 
-class BandTable:
-    """The LSH buckets of an index, in memory (see the module doc). Single writer."""
+class MemberLists:
+    """Lists of uint32 members under uint64 keys, at most ``cap`` each (see the module doc). Single writer."""
 
-    def __init__(self, bands: int, rows: int, cap: int, slots: int = 1 << 12, nodes: int = 1 << 12) -> None:
-        self.bands, self.rows, self.cap = bands, rows, cap
+    def __init__(self, cap: int, slots: int = 1 << 12, nodes: int = 1 << 12) -> None:
+        self.cap = cap
         self.slot_keys = np.full(slots, EMPTY, dtype=np.uint64)
         self.slot_head = np.full(slots, -1, dtype=np.int32)
         self.node_seq = np.zeros(nodes, dtype=np.uint32)
         self.node_next = np.full(nodes, -1, dtype=np.int32)
         self.meta = np.zeros(_META, dtype=np.int64)
         self.meta[2] = -1
+
+    @property
+    def members(self) -> int:
+        """Entries held (one per key and member)."""
+        return int(self.meta[3])
+
+    @property
+    def nbytes(self) -> int:
+        return self.slot_keys.nbytes + self.slot_head.nbytes + self.node_seq.nbytes + self.node_next.nbytes
+
+    def lookup(self, keys: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
+        """uint32 members of the lists ``keys`` (uint64[m]), list after list, newest first
+        (a member of several lists appears once for each); ``ends`` (int64[m]), if given, gets
+        where each list's members end."""
+        if ends is None:
+            ends = np.empty(keys.shape[0], dtype=np.int64)
+        return table_members(self.slot_keys, self.slot_head, self.node_seq, self.node_next, keys, ends)
+
+    def add_entries(self, keys: np.ndarray, seqs: np.ndarray) -> None:
+        """File ``seqs[i]`` (uint32[m]) under ``keys[i]`` (uint64[m]), in order."""
+        if keys.shape[0]:
+            self.reserve(keys.shape[0])
+            table_add(self.slot_keys, self.slot_head, self.node_seq, self.node_next, self.meta, keys, seqs, self.cap)
+
+    def remove(self, keys: np.ndarray, seq: int) -> None:
+        """Take ``seq`` out of the lists ``keys`` (uint64[m])."""
+        if keys.shape[0]:
+            table_remove(self.slot_keys, self.slot_head, self.node_seq, self.node_next, self.meta, keys, seq)
+
+    def as_dict(self) -> dict[int, list[int]]:
+        """Every non-empty list (for tests and inspection; O(size))."""
+        live = np.flatnonzero((self.slot_keys != EMPTY) & (self.slot_head >= 0))
+        keys = self.slot_keys[live]
+        ends = np.empty(keys.shape[0], dtype=np.int64)
+        members = self.lookup(keys, ends).tolist()
+        starts = [0, *ends.tolist()][:keys.shape[0]]
+        return {k: members[a:b] for k, a, b in zip(keys.tolist(), starts, ends.tolist(), strict=True)}
+
+    def reserve(self, entries: int) -> None:
+        """Room for ``entries`` more entries: more nodes, and slots kept at most :data:`MAX_LOAD` used."""
+        meta = self.meta
+        if meta[1] + entries > self.node_seq.shape[0]:
+            n = self.node_seq.shape[0]
+            while meta[1] + entries > n:
+                n = int(n * GROWTH) + 1
+            seq, nxt = np.zeros(n, dtype=np.uint32), np.full(n, -1, dtype=np.int32)
+            seq[:meta[1]], nxt[:meta[1]] = self.node_seq[:meta[1]], self.node_next[:meta[1]]
+            self.node_seq, self.node_next = seq, nxt
+        size = self.slot_keys.shape[0]
+        if meta[0] + entries > MAX_LOAD * size:
+            while meta[4] + entries > MAX_LOAD * size / GROWTH:  # the same size if emptied lists made the load
+                size = int(size * GROWTH) + 1
+            keys, head = np.full(size, EMPTY, dtype=np.uint64), np.full(size, -1, dtype=np.int32)
+            meta[0] = meta[4] = table_rehash(self.slot_keys, self.slot_head, keys, head)
+            self.slot_keys, self.slot_head = keys, head
+
+
+class BandTable(MemberLists):
+    """The LSH buckets of an index: a list of article seqs per bucket key, the newest ``cap`` kept."""
+
+    def __init__(self, bands: int, rows: int, cap: int, slots: int = 1 << 12, nodes: int = 1 << 12) -> None:
+        super().__init__(cap, slots, nodes)
+        self.bands, self.rows = bands, rows
 
     def keys(self, rows: np.ndarray) -> np.ndarray:
         """uint64[n, bands] bucket keys of 16-bit signatures (``[n, num_perm]``, or one signature: then
@@ -200,49 +268,7 @@ class BandTable:
         out = band_keys(raw, self.bands, self.rows)
         return out[0] if one else out
 
-    @property
-    def members(self) -> int:
-        """Band entries held (one per article and band)."""
-        return int(self.meta[3])
-
-    @property
-    def nbytes(self) -> int:
-        return self.slot_keys.nbytes + self.slot_head.nbytes + self.node_seq.nbytes + self.node_next.nbytes
-
-    def lookup(self, keys: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
-        """uint32 members of the buckets ``keys`` (uint64[m]), bucket after bucket, newest first
-        (a member of several buckets appears once for each); ``ends`` (int64[m]), if given, gets
-        where each bucket's members end."""
-        if ends is None:
-            ends = np.empty(keys.shape[0], dtype=np.int64)
-        return table_members(self.slot_keys, self.slot_head, self.node_seq, self.node_next, keys, ends)
-
     def add(self, keys: np.ndarray, seqs: np.ndarray) -> None:
-        """File ``seqs[i]`` (uint32[n]) under ``keys[i]`` (uint64[n, bands]), in order."""
+        """File ``seqs[i]`` (uint32[n]) under each of ``keys[i]`` (uint64[n, bands]), in order."""
         if keys.shape[0]:
-            self.reserve(keys.shape[0] * keys.shape[1])
-            table_add(self.slot_keys, self.slot_head, self.node_seq, self.node_next, self.meta, keys, seqs,
-                      self.cap)
-
-    def remove(self, keys: np.ndarray, seq: int) -> None:
-        """Take ``seq`` out of the buckets ``keys`` (uint64[m])."""
-        if keys.shape[0]:
-            table_remove(self.slot_keys, self.slot_head, self.node_seq, self.node_next, self.meta, keys, seq)
-
-    def reserve(self, entries: int) -> None:
-        """Room for ``entries`` more band entries: more nodes, and slots kept at most 3/4 used."""
-        meta = self.meta
-        if meta[1] + entries > self.node_seq.shape[0]:
-            n = self.node_seq.shape[0]
-            while meta[1] + entries > n:
-                n *= 2
-            seq, nxt = np.zeros(n, dtype=np.uint32), np.full(n, -1, dtype=np.int32)
-            seq[:meta[1]], nxt[:meta[1]] = self.node_seq[:meta[1]], self.node_next[:meta[1]]
-            self.node_seq, self.node_next = seq, nxt
-        size = self.slot_keys.shape[0]
-        if meta[0] + entries > MAX_LOAD * size:
-            while meta[4] + entries > MAX_LOAD * size / 2:  # live buckets at most half full after the rehash
-                size *= 2
-            keys, head = np.full(size, EMPTY, dtype=np.uint64), np.full(size, -1, dtype=np.int32)
-            meta[0] = meta[4] = table_rehash(self.slot_keys, self.slot_head, keys, head)
-            self.slot_keys, self.slot_head = keys, head
+            self.add_entries(keys.ravel(), np.repeat(seqs, keys.shape[1]))

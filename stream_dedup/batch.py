@@ -25,11 +25,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rocksdict import WriteBatch
 
-from .band_table import BandTable
+from .band_table import UNCAPPED, BandTable, MemberLists
 from .fingerprint import Fingerprint
 from .index import _POINTS, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import StoredArticle, _unpack_record, stored_signature
-from .passages import PASSAGES
 
 if TYPE_CHECKING:
     from .decision import Decision
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["BatchView", "Prepared", "run_batch"]
 _UNKNOWN = object()  # a key not read yet
 NO_KEYS = np.zeros(0, dtype=np.uint64)  # the bucket keys of an article without shingles
-_UNCAPPED = 2**31 - 1  # the batch's own buckets keep every member (the index's table caps them at commit)
 
 
 def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int], Fingerprint], nows: Sequence[float],
@@ -99,7 +97,7 @@ class BatchView:
         self.next_seq = index.next_seq
         self.count = index.count
         self.num_perm = index.num_perm
-        self.known: dict[str, dict[bytes, bytes | None]] = {_POINTS: {}, PASSAGES: {}}  # read or written
+        self.known: dict[str, dict[bytes, bytes | None]] = {_POINTS: {}}  # read or written
         self.batch = WriteBatch(raw_mode=True)  # the batch's writes (a later put of a key wins)
         self.families = index._cf  # the handles of the families but the default one
         self.writes = 0
@@ -109,6 +107,9 @@ class BatchView:
         self.buckets = index.buckets  # built now if it is not: before this batch's write
         self.filed: list[tuple[np.ndarray, int]] = []  # (bucket keys, seq) of the batch's indexed articles
         self.own: BandTable | None = None  # the batch's own bucket members (made at its first indexed article)
+        self.lists = index.passage_lists  # built now if it is not, like the buckets
+        self.joined: list[tuple[np.ndarray, int]] = []  # (anchors, seq): the passage lists the batch's articles join
+        self.own_lists: MemberLists | None = None  # the same, as lists
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, keys: list[bytes], family: str = _POINTS) -> list[bytes | None]:
@@ -186,9 +187,27 @@ class BatchView:
                 lsh.update((own[oe[i - 1] if i else 0:oe[i]] + listed[e[i - 1] if i else 0:e[i]])[:cap])
 
     @property
-    def passages(self) -> BatchView:
-        """The passage lists (``get(keys)``, as :func:`stream_dedup.passages.lookup` reads a family)."""
-        return _Family(self, PASSAGES)  # type: ignore[return-value]
+    def passages(self) -> _PassageLists:
+        """The passage lists as :func:`stream_dedup.passages.lookup` reads them: the index's and the batch's."""
+        return _PassageLists(self)
+
+    def lookup_lists(self, anchors: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
+        """The members of the passage lists of ``anchors``, list after list (``ends``: where each ends)."""
+        if ends is None:
+            ends = np.empty(anchors.shape[0], dtype=np.int64)
+        members = self.lists.lookup(anchors, ends)
+        if self.own_lists is None:
+            return members
+        own_ends = np.empty_like(ends)
+        mine = self.own_lists.lookup(anchors, own_ends)
+        if not mine.shape[0]:
+            return members
+        index_counts, own_counts = np.diff(ends, prepend=0), np.diff(own_ends, prepend=0)
+        lists = np.arange(anchors.shape[0])
+        order = np.argsort(np.concatenate([np.repeat(lists, index_counts), np.repeat(lists, own_counts)]),
+                           kind="stable")
+        np.cumsum(index_counts + own_counts, out=ends)
+        return np.concatenate([members, mine])[order]
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
@@ -203,8 +222,14 @@ class BatchView:
         if article["index_sketches"] and len(keys):
             self.filed.append((keys, seq))
             if self.own is None:
-                self.own = BandTable(self.buckets.bands, self.buckets.rows, cap=_UNCAPPED, slots=256, nodes=128)
+                self.own = BandTable(self.buckets.bands, self.buckets.rows, cap=UNCAPPED, slots=256, nodes=128)
             self.own.add(keys.reshape(1, -1), np.array([seq], dtype=np.uint32))
+        joins = article.get("postings", (None, b""))[0]
+        if joins is not None and joins.shape[0]:
+            self.joined.append((joins, seq))
+            if self.own_lists is None:
+                self.own_lists = MemberLists(UNCAPPED, slots=256, nodes=128)
+            self.own_lists.add_entries(joins, np.full(joins.shape[0], seq, dtype=np.uint32))
         self.mark(checkpoint, receipt, False)
         return seq
 
@@ -236,16 +261,16 @@ class BatchView:
             self.buckets.add(np.stack([keys for keys, _ in self.filed]),
                              np.array([seq for _, seq in self.filed], dtype=np.uint32))
             self.filed, self.own = [], None
+        if self.joined:
+            self.lists.add_entries(np.concatenate([a for a, _ in self.joined]),
+                                   np.concatenate([np.full(a.shape[0], seq, dtype=np.uint32) for a, seq in self.joined]))
+            self.joined, self.own_lists = [], None
 
 
-class _Family:
-    """One family of a :class:`BatchView`, read like a rocksdict column family (``get(keys)``)."""
+class _PassageLists:
+    """The passage lists of a :class:`BatchView` (``lookup`` as :class:`~stream_dedup.band_table.MemberLists` has it)."""
 
-    __slots__ = ("family", "view")
+    __slots__ = ("lookup",)
 
-    def __init__(self, view: BatchView, family: str) -> None:
-        self.view, self.family = view, family
-
-    def get(self, keys: list[bytes]) -> list[bytes | None]:
-        return self.view.get(keys, self.family)
-
+    def __init__(self, view: BatchView) -> None:
+        self.lookup = view.lookup_lists

@@ -230,12 +230,12 @@ class Deduplicator:
         return self._verify(view, article_id, fp, sig, sorted(found.union(more)), passage, matched), passage
 
     def _postings(self, view: BatchView, passage: passages.PassageLookup | None, matched: set[int], decision: Decision,
-                  has_shingles: bool) -> tuple[list[tuple[bytes, bytes]], bytes]:
+                  has_shingles: bool) -> tuple[np.ndarray, bytes]:
         """The passage lists the new article joins: only an article whose lists were read (new, or
         contained), by the rule of :func:`_adds_to_index`, and none that already holds an article it
         was verified a duplicate of."""
         if passage is None or not self._adds_to_index(decision, has_shingles):
-            return [], b""
+            return passages.NO_ANCHORS, b""
         return passages.posting_writes(passage, view.next_seq, self.config.passage_common_docs, matched)
 
     def _adds_to_index(self, decision: Decision, has_shingles: bool) -> bool:
@@ -316,8 +316,7 @@ class Deduplicator:
     def _delete(self, art: StoredArticle) -> None:
         bucket_keys = self.index.buckets.keys(art.minhash) if art.indexed else NO_KEYS
         permuted = self.tables.permute_all(art.simhash) if art.indexed else []
-        postings = passages.removal_writes(self.index.passages, art.seq, self.index.passages_added(art.seq))
-        self.index.delete(art, bucket_keys, permuted, postings)
+        self.index.delete(art, bucket_keys, permuted)
 
     def _verify(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int],
                 passage: passages.PassageLookup | None = None, matched: set[int] | None = None) -> Decision:

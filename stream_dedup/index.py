@@ -1,4 +1,4 @@
-"""The persistent index: article records, permuted SimHash tables and passage lists in RocksDB, LSH buckets in memory.
+"""The persistent index: article records and permuted SimHash tables in RocksDB; LSH buckets and passage lists in memory.
 
 One RocksDB (via rocksdict, raw bytes) with six column families. Every integer is big-endian,
 so byte order is numeric order and a prefix seek is a range scan:
@@ -10,7 +10,7 @@ points     ``A`` seq(8)                               article record (below)    
 points     ``I`` mmh3(id)(8) article id (UTF-8)       seq(8)                       idempotency, remove
 points     ``X`` exact hash(16)                       seq(8)                       exact fast path
 points     ``D`` seq(8)                               anchors it added (6 bytes)   remove, evict
-passages   anchor(6)                                  seq(4) x n, oldest first     passage anchors
+passages   (none since format 9: the lists are in memory)
 simhash    table(1) permuted simhash(8) seq(8)        empty                        permuted tables
 time       first_seen ms(8) seq(8)                    empty                        retention order
 receipts   token (the caller orders it)               offset(8) replayed(1)        delivery receipts
@@ -35,8 +35,9 @@ see :func:`stored_signature`), the article id and its cluster root id (length-pr
 UTF-8), the identity sketch (uint32 BE, length-prefixed), and the decision first returned for it
 as JSON (the engine stores a compact list, replayed when the id comes again).
 
-The ``passages`` family holds the posting lists of :mod:`stream_dedup.passages` (hash-indexed
-memtable keyed by the whole 6-byte anchor).
+The posting lists of :mod:`stream_dedup.passages` (anchor -> the articles holding it) are in memory
+too (:attr:`Index.passage_lists`), rebuilt from the ``D`` keys (the anchors each article added) when
+the index is first used after opening, like the LSH buckets.
 
 All writes of one batch of articles (:mod:`stream_dedup.batch`; one article for ``process``) go
 in one ``WriteBatch`` across families: a crash leaves a batch either fully indexed or absent.
@@ -55,7 +56,7 @@ import mmh3
 import numpy as np
 from rocksdict import MemtableFactory, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from .band_table import BandTable
+from .band_table import UNCAPPED, BandTable, MemberLists
 from .index_options import MemoryBudget, cache_counts
 from .index_record import (
     _RECORD,
@@ -72,7 +73,7 @@ from .index_record import (
     stored_signature,
 )
 from .kernels import equal_counts
-from .passages import ANCHOR_BYTES, DELETE_PREFIX, PASSAGES
+from .passages import ANCHOR_BYTES, DELETE_PREFIX, PASSAGES, anchors_of
 
 _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
@@ -84,11 +85,13 @@ _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applie
 # sketch, ordered delivery receipts in their own family (3: 32-bit rows, 8-byte members);
 # 6: passage anchors (posting lists, D deletion lists, anchor count in the record);
 # 7: records hold the content-word bitmap of the rewrite rule (stream_dedup.rewrite);
-# 8: no LSH bucket keys (``B``) in RocksDB: they are kept in memory (a 7 is converted on opening)
-_SCHEMA = 8
-_BUCKETS_IN_ROCKSDB = 7  # the last format that stored them
+# 8: no LSH bucket keys (``B``) in RocksDB: they are kept in memory;
+# 9: no passage lists in RocksDB either (rebuilt from the ``D`` keys). 7 and 8 are converted on opening.
+_SCHEMA = 9
+_CONVERTED = (7, 8)  # older formats converted by dropping what moved to memory
 _FLAGS_AT = 20  # offset of the flags byte in a record
 _NO_MEMBERS = np.zeros(0, dtype=np.uint32)
+NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 _POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
 DEFAULT = "default"  # the family of the state, checkpoints and settings
 Entry = tuple[str, bytes, bytes]  # a write: (family, key, value)
@@ -128,6 +131,7 @@ class Index:
         self.max_bucket = max_bucket
         self.banding = banding
         self._buckets: BandTable | None = None
+        self._passage_lists: MemberLists | None = None
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
         # whole bytes of the permuted fingerprint that every probe's key covers
@@ -147,7 +151,7 @@ class Index:
         self._tables = self.db.get_column_family(_SIMHASH)
         self._time = self.db.get_column_family(_TIME)
         self._receipts = self.db.get_column_family(_RECEIPTS)
-        self.passages = self.db.get_column_family(PASSAGES)
+        self._passages = self.db.get_column_family(PASSAGES)
         self._cf = {name: self.db.get_column_family_handle(name) for name in families}
         if not durable_writes:
             wo = WriteOptions()
@@ -166,9 +170,10 @@ class Index:
     def _check_settings(self, settings: dict) -> None:
         wanted = json.dumps({"schema": _SCHEMA, **settings}, sort_keys=True).encode()
         stored = self.db.get(b"Msettings")
-        if stored is not None and stored != wanted \
-                and stored == json.dumps({"schema": _BUCKETS_IN_ROCKSDB, **settings}, sort_keys=True).encode():
-            self._points.delete_range(b"B", b"C")  # format 7 -> 8: the buckets move to memory
+        if stored is not None and stored != wanted and stored in [
+                json.dumps({"schema": old, **settings}, sort_keys=True).encode() for old in _CONVERTED]:
+            self._points.delete_range(b"B", b"C")  # formats 7, 8 -> 9: the buckets and passage lists move to memory
+            self._passages.delete_range(b"", b"\xff" * (ANCHOR_BYTES + 1))
             stored = None
         if stored is None:
             self.db.put(b"Msettings", wanted)
@@ -189,7 +194,8 @@ class Index:
         hit and miss counts since the index was opened."""
         hits, misses = cache_counts(self._opts.get_statistics())
         return {"memory_budget_bytes": self.budget.memory,
-                "band_table_bytes": self._buckets.nbytes if self._buckets is not None else 0, "block_cache_usage_bytes": self.budget.cache.get_usage(),
+                "band_table_bytes": self._buckets.nbytes if self._buckets is not None else 0,
+                "passage_lists_bytes": self._passage_lists.nbytes if self._passage_lists is not None else 0, "block_cache_usage_bytes": self.budget.cache.get_usage(),
                 "block_cache_pinned_bytes": self.budget.cache.get_pinned_usage(),
                 "memtable_bytes": self.budget.write_buffers.get_usage(),
                 "block_cache_hits": hits, "block_cache_misses": misses}
@@ -197,6 +203,37 @@ class Index:
     def checkpoint(self, name: str) -> int | None:
         v = self.db.get(b"Mckpt:" + name.encode())
         return None if v is None else _U64.unpack(v)[0]
+
+    @property
+    def passage_lists(self) -> MemberLists:
+        """The passage posting lists (built from the ``D`` keys on first use: one scan of them)."""
+        if self._passage_lists is None:
+            self._passage_lists = self._build_passage_lists()
+        return self._passage_lists
+
+    def _build_passage_lists(self, chunk: int = 1 << 16) -> MemberLists:
+        lists = MemberLists(UNCAPPED)  # the engine stops adding at --passage-common-docs
+        keys: list[np.ndarray] = []
+        seqs: list[np.ndarray] = []
+        pending = 0
+        it = self._points.iter(self._ordered_read)
+        it.seek(DELETE_PREFIX)
+        while it.valid():
+            key = it.key()
+            if key[:1] != DELETE_PREFIX:
+                break
+            anchors = anchors_of(it.value())
+            keys.append(anchors)
+            seqs.append(np.full(anchors.shape[0], _U64.unpack_from(key, 1)[0], dtype=np.uint32))
+            pending += anchors.shape[0]
+            if pending >= chunk:
+                lists.add_entries(np.concatenate(keys), np.concatenate(seqs))
+                keys, seqs, pending = [], [], 0
+            it.next()
+        del it
+        if keys:
+            lists.add_entries(np.concatenate(keys), np.concatenate(seqs))
+        return lists
 
     @property
     def buckets(self) -> BandTable:
@@ -236,12 +273,12 @@ class Index:
         return table
 
     def key_counts(self) -> Counter:
-        """Keys per family (``A I X D`` of points, ``S`` simhash, ``T`` time, ``P`` passages,
+        """Keys per family (``A I X D`` of points, ``S`` simhash, ``T`` time, ``P`` passages (none since format 9),
         ``M`` metadata); O(n)."""
         counts: Counter = Counter(bytes(k[:1]) for k in self._points.keys(read_opt=self._ordered_read))
         counts[b"S"] = sum(1 for _ in self._tables.keys(read_opt=self._ordered_read))
         counts[b"T"] = sum(1 for _ in self._time.keys())
-        counts[b"P"] = sum(1 for _ in self.passages.keys(read_opt=self._ordered_read))
+        counts[b"P"] = sum(1 for _ in self._passages.keys(read_opt=self._ordered_read))
         counts[b"M"] = sum(1 for _ in self.db.keys())
         return +counts
 
@@ -265,8 +302,8 @@ class Index:
         return None if v is None else _unpack_record(seq, v, self.num_perm)
 
     def get(self, keys, family: str = _POINTS):
-        """The values of the list ``keys`` in ``family`` (one multi-get; None: absent), or of one key."""
-        return (self.passages if family == PASSAGES else self._points).get(keys) if keys else []
+        """The values of the list ``keys`` in the points family (one multi-get; None: absent), or of one key."""
+        return self._points.get(keys) if keys else []
 
     def articles(self, seqs: list[int]) -> list[StoredArticle]:
         if not seqs:
@@ -356,7 +393,7 @@ class Index:
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
         """Index one article in one atomic write: :meth:`article_entries` (its keyword arguments),
         the index state, and the ``checkpoint`` and ``receipt`` marks (see :meth:`mark`)."""
-        table = self.buckets  # built before the write: it must not find this article in the records
+        table, lists = self.buckets, self.passage_lists  # built before the write: not from this article
         seq = self.take_seq()
         entries = self.article_entries(seq, **article)
         entries.append(self.state_entry())
@@ -364,6 +401,8 @@ class Index:
         self.write(entries)
         if article["index_sketches"] and len(article["bucket_keys"]):
             table.add(article["bucket_keys"].reshape(1, -1), np.array([seq], dtype=np.uint32))
+        joins = article.get("postings", (NO_ANCHORS, b""))[0]
+        lists.add_entries(joins, np.full(joins.shape[0], seq, dtype=np.uint32))
         return seq
 
     def take_seq(self) -> int:
@@ -384,13 +423,14 @@ class Index:
                         exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list,
                         bucket_keys: np.ndarray, permuted: list[int],
                         index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
-                        postings: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")) -> list[Entry]:
+                        postings: tuple[np.ndarray, bytes] = (np.zeros(0, dtype=np.uint64), b"")) -> list[Entry]:
         """The ``(family, key, value)`` writes that index article ``seq``.
 
         ``bucket_keys`` are its LSH bucket keys (filed in :attr:`buckets` by the caller once the
         write is done, not written here); ``permuted`` is its SimHash permuted for each table.
-        ``anchors`` is its number of passage anchors, ``postings`` the passage lists to write and
-        the anchors it added (:func:`stream_dedup.passages.posting_writes`; made for this ``seq``).
+        ``anchors`` is its number of passage anchors, ``postings`` the anchors whose passage lists it
+        joins and their ``D`` value (:func:`stream_dedup.passages.posting_writes`): only the ``D`` key
+        is written here; the caller files the article in :attr:`passage_lists` once the write is done.
         """
         s8 = _u64(seq)
         out: list[Entry] = [
@@ -402,8 +442,7 @@ class Index:
             out.append((_POINTS, b"X" + exact, s8))
             pack = _TABLE_ENTRY.pack
             out += [(_SIMHASH, pack(table, p, seq), b"") for table, p in enumerate(permuted)]
-        if postings[0]:
-            out += [(PASSAGES, key, value) for key, value in postings[0]]
+        if postings[1]:
             out.append((_POINTS, DELETE_PREFIX + s8, postings[1]))
         return out
 
@@ -460,10 +499,12 @@ class Index:
         return self._points.get(DELETE_PREFIX + _u64(seq))
 
     def delete(self, art: StoredArticle, bucket_keys: np.ndarray, permuted: list[int],
-               postings: list[tuple[bytes, bytes | None]] = ()) -> None:
+               anchors: np.ndarray | None = None) -> None:
         """Remove every key of ``art`` in one atomic write, then its LSH bucket entries (``bucket_keys``);
-        ``postings`` are its passage lists rewritten without it (None: delete)."""
-        table = self.buckets
+        and its passage list entries (``anchors``: those it added; by default read from its ``D`` key)."""
+        table, lists = self.buckets, self.passage_lists
+        if anchors is None:
+            anchors = anchors_of(self.passages_added(art.seq))
         points = self._cf[_POINTS]
         wb = WriteBatch(raw_mode=True)
         s8 = _u64(art.seq)
@@ -472,11 +513,6 @@ class Index:
             wb.delete(self._cached_id_key(art.article_id), points)
         wb.delete(_u64(int(art.first_seen * 1000)) + s8, self._cf[_TIME])
         wb.delete(DELETE_PREFIX + s8, points)
-        for key, value in postings:
-            if value is None:
-                wb.delete(key, self._cf[PASSAGES])
-            else:
-                wb.put(key, value, self._cf[PASSAGES])
         if art.indexed:
             if self.exact_match(art.exact) == art.seq:
                 wb.delete(b"X" + art.exact, points)
@@ -487,6 +523,7 @@ class Index:
         self.db.write(wb)
         if art.indexed and len(bucket_keys):
             table.remove(bucket_keys, art.seq)
+        lists.remove(anchors, art.seq)
 
     def oldest(self, before: float, limit: int) -> list[int]:
         """Seqs first seen before ``before`` (epoch seconds), oldest first."""
@@ -511,12 +548,12 @@ class Index:
         return total
 
     def flush(self) -> None:
-        for name in (_POINTS, _SIMHASH, _TIME, PASSAGES):
+        for name in (_POINTS, _SIMHASH, _TIME):
             self.db.get_column_family(name).flush()
         self.db.flush()
 
     def close(self) -> None:
         """Close the database; the family handles are dropped too (they keep it open otherwise)."""
         self.db.close()
-        self._points = self._tables = self._time = self._receipts = self.passages = None  # type: ignore[assignment]
+        self._points = self._tables = self._time = self._receipts = self._passages = None  # type: ignore[assignment]
         self._cf = {}

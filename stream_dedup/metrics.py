@@ -79,6 +79,9 @@ class Metrics:
         self.band_table_bytes = Gauge(
             "stream_dedup_band_table_bytes", "Memory of the LSH buckets, kept out of RocksDB and outside --memory "
             "(~1 KB per indexed article at 37 bands; see stream_dedup.band_table).", registry=r)
+        self.passage_lists_bytes = Gauge(
+            "stream_dedup_passage_lists_bytes", "Memory of the passage anchors' article lists, kept out of RocksDB "
+            "and outside --memory (see stream_dedup.passages).", registry=r)
         self.block_cache_lookups = Counter(
             "stream_dedup_block_cache_lookups", "RocksDB block cache lookups, by result (hit | miss); hit rate = "
             "rate(hit) / rate(hit + miss).", ["result"], registry=r)
@@ -91,6 +94,7 @@ class Metrics:
         self.memory_budget.set(stats["memory_budget_bytes"])
         self.block_cache_usage.set(stats["block_cache_usage_bytes"])
         self.band_table_bytes.set(stats["band_table_bytes"])
+        self.passage_lists_bytes.set(stats["passage_lists_bytes"])
         for result, key in (("hit", "block_cache_hits"), ("miss", "block_cache_misses")):
             total = stats[key]
             if total > self._cache_seen[result]:  # a reopened index counts from 0 again

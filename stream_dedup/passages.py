@@ -17,10 +17,12 @@ are those kept hashes, distinct, as 48-bit values. Properties:
   containment measured on anchors is 1 for verbatim copies, with no sampling noise;
 * about 2 / (w + 1) of the shingles become anchors (w = 32: 6 %, 33 for a 537-word article).
 
-**Index.** One key per anchor in the ``passages`` column family: the anchor (6 bytes) -> the seqs
-of the articles holding it (4 bytes each, oldest first), at most ``common_docs`` of them. The
-anchors an article added are kept under ``D`` + seq in the points family, so that removing or
-evicting it can take it out of those lists again (nothing else reads them).
+**Index.** One posting list per anchor: the anchor (48 bits) -> the seqs of the articles holding
+it, at most ``common_docs`` of them, in memory (a :class:`~stream_dedup.band_table.MemberLists`).
+The anchors an article added are stored under ``D`` + seq in RocksDB's points family (6 bytes
+each): the lists are rebuilt from them when the index opens (a list is exactly the articles that
+added themselves to it and are still indexed), and removing or evicting an article takes it out
+of those lists again.
 
 **Boilerplate.** A posting list that has reached ``common_docs`` members is *common*: the passage
 recurs in that many indexed documents (site navigation, cookie banner, newsletter blurb, author
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -49,11 +52,16 @@ from .jit import kernel
 from .kernels import shingle_hashes
 
 ANCHOR_BYTES = 6   # anchors are the top 48 bits of a shingle hash (key of a posting list)
-_SEQ_BYTES = 4
 NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 MAX_ANCHORS = 8192  # the smallest anchors kept of a huge text (a 2 MB text has ~20,000 at w = 32)
-PASSAGES = "passages"   # the column family of the posting lists
+PASSAGES = "passages"   # the column family that held the posting lists up to index format 8 (empty since)
 DELETE_PREFIX = b"D"    # points family: D + seq(8) -> the anchors the article added (6 bytes each)
+
+
+class PostingLists(Protocol):
+    """What :func:`lookup` reads: the members of the lists of some anchors, list after list."""
+
+    def lookup(self, keys: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray: ...
 
 
 @kernel
@@ -100,80 +108,62 @@ def winnow_reference(shingles: np.ndarray, w: int) -> np.ndarray:
     return np.array(sorted(v >> (64 - 8 * ANCHOR_BYTES) for v in kept), dtype=np.uint64)
 
 
-def anchor_keys(anchors: np.ndarray) -> list[bytes]:
-    """The posting-list key of each anchor: its 6 bytes, big-endian."""
-    if anchors.shape[0] == 0:
-        return []
+def anchor_bytes(anchors: np.ndarray) -> bytes:
+    """The anchors as stored under ``D``: 6 bytes each, big-endian."""
     raw = anchors.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - ANCHOR_BYTES:]
-    return np.ascontiguousarray(raw).view(f"V{ANCHOR_BYTES}").ravel().tolist()
+    return np.ascontiguousarray(raw).tobytes()
+
+
+def anchors_of(stored: bytes | None) -> np.ndarray:
+    """The anchors (uint64) of a ``D`` value (:func:`anchor_bytes`)."""
+    if not stored:
+        return NO_ANCHORS
+    raw = np.zeros((len(stored) // ANCHOR_BYTES, 8), dtype=np.uint8)
+    raw[:, 8 - ANCHOR_BYTES:] = np.frombuffer(stored, dtype=np.uint8).reshape(-1, ANCHOR_BYTES)
+    return raw.view(">u8").ravel().astype(np.uint64)
 
 
 @dataclass(slots=True)
 class PassageLookup:
-    keys: list[bytes]                 # posting-list key of each anchor of the new article
-    values: list[bytes | None]        # the lists as read (appended to by :func:`posting_writes`)
+    anchors: np.ndarray               # the new article's anchors (uint64)
+    counts: np.ndarray                # members of each anchor's list (int64)
+    members: np.ndarray               # the lists' members, list after list (uint32)
     shared: dict[int, int]            # candidate seq -> usable anchors it shares (>= min_shared)
     usable: int                       # anchors of the new article whose lists are not common
 
 
-def lookup(family, anchors: np.ndarray, common_docs: int, min_shared: int) -> PassageLookup:
-    """Read the posting lists of ``anchors`` (one multi-get) and count the shared usable anchors."""
-    keys = anchor_keys(anchors)
-    if not keys:
-        return PassageLookup(keys, [], {}, 0)
-    values = family.get(keys)
-    full = common_docs * _SEQ_BYTES
-    members = [v for v in values if v is not None and len(v) < full]
-    usable = len(members) + values.count(None)
+def lookup(lists: PostingLists, anchors: np.ndarray, common_docs: int, min_shared: int) -> PassageLookup:
+    """Read the posting lists of ``anchors`` and count the shared usable anchors."""
+    if anchors.shape[0] == 0:
+        return PassageLookup(anchors, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32), {}, 0)
+    ends = np.empty(anchors.shape[0], dtype=np.int64)
+    members = lists.lookup(anchors, ends)
+    counts = np.diff(ends, prepend=0)
+    usable_lists = counts < common_docs
+    usable = int(usable_lists.sum())
     shared: dict[int, int] = {}
-    if members:
-        counts = Counter(np.frombuffer(b"".join(members), dtype=">u4").tolist())
-        shared = {s: n for s, n in counts.items() if n >= min_shared}
-    return PassageLookup(keys, values, shared, usable)
+    if members.shape[0]:
+        kept = members[np.repeat(usable_lists, counts)]
+        if kept.shape[0]:
+            shared = {s: n for s, n in Counter(kept.tolist()).items() if n >= min_shared}
+    return PassageLookup(anchors, counts, members, shared, usable)
 
 
-def posting_writes(found: PassageLookup, seq: int, common_docs: int,
-                   matched: set[int]) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """The posting lists to write for the new article ``seq`` and its deletion record.
+def posting_writes(found: PassageLookup, seq: int, common_docs: int, matched: set[int]) -> tuple[np.ndarray, bytes]:
+    """The anchors whose lists the new article ``seq`` joins, and its ``D`` value (those anchors'
+    bytes, :func:`anchor_bytes`).
 
     Lists that are common are left alone, and so are lists holding one of ``matched`` (the
     articles the new one was verified a duplicate of: their passages are already indexed).
     """
-    full = common_docs * _SEQ_BYTES
-    s4 = seq.to_bytes(_SEQ_BYTES, "big")
-    if matched:
-        matched4 = [s.to_bytes(_SEQ_BYTES, "big") for s in matched]
-        puts = [(k, v + s4 if v else s4) for k, v in zip(found.keys, found.values, strict=True)
-                if v is None or (len(v) < full and not any(_holds(v, m) for m in matched4))]
-    else:
-        puts = [(k, v + s4 if v else s4) for k, v in zip(found.keys, found.values, strict=True)
-                if v is None or len(v) < full]
-    return puts, b"".join([k for k, _ in puts])
-
-
-def _holds(value: bytes, s4: bytes) -> bool:
-    """Whether the posting list ``value`` has the member ``s4`` (at a 4-byte boundary)."""
-    i = value.find(s4)
-    while i >= 0:
-        if i % _SEQ_BYTES == 0:
-            return True
-        i = value.find(s4, i + 1)
-    return False
-
-
-def removal_writes(family, seq: int, added: bytes | None) -> list[tuple[bytes, bytes | None]]:
-    """The posting lists without ``seq`` (``None``: delete the key), for the anchors it ``added``."""
-    if not added:
-        return []
-    keys = [added[i:i + ANCHOR_BYTES] for i in range(0, len(added), ANCHOR_BYTES)]
-    s4 = seq.to_bytes(_SEQ_BYTES, "big")
-    out: list[tuple[bytes, bytes | None]] = []
-    for key, v in zip(keys, family.get(keys), strict=True):
-        if not v:
-            continue
-        kept = b"".join(v[i:i + _SEQ_BYTES] for i in range(0, len(v), _SEQ_BYTES) if v[i:i + _SEQ_BYTES] != s4)
-        out.append((key, kept or None))
-    return out
+    joins = found.counts < common_docs
+    if matched and found.members.shape[0]:
+        holds = np.isin(found.members, np.fromiter(matched, dtype=np.uint32, count=len(matched)))
+        if holds.any():
+            lists = np.repeat(np.arange(found.counts.shape[0]), found.counts)
+            joins[lists[holds]] = False
+    adds = found.anchors[joins]
+    return adds, anchor_bytes(adds) if adds.shape[0] else b""
 
 
 def anchor_containment(shared: int, usable: int, stored_anchors: int) -> tuple[float, float]:

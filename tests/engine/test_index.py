@@ -221,20 +221,24 @@ def test_an_index_in_the_old_format_is_refused_in_one_line(tmp_path: Path) -> No
     stored = json.loads(idx.db.get(b"Msettings"))
     idx.db.put(b"Msettings", json.dumps({**stored, "schema": 6}, sort_keys=True).encode())  # as format 6 wrote it
     idx.close()
-    with pytest.raises(ValueError, match=r"is in format 6 .*reads format 8 \(16-bit signatures\).*Rebuild") as err:
+    with pytest.raises(ValueError, match=r"is in format 6 .*reads format 9 \(16-bit signatures\).*Rebuild") as err:
         open_index(tmp_path)
     assert "\n" not in str(err.value)
 
 
-def test_an_index_of_format_7_drops_its_bucket_keys_and_opens(tmp_path: Path) -> None:
+@pytest.mark.parametrize("old", [7, 8])
+def test_an_index_of_format_7_or_8_drops_what_moved_to_memory_and_opens(tmp_path: Path, old: int) -> None:
     idx = open_index(tmp_path)
     add(idx, 0, sig=signature(0, band0=7), bucketed=True)
     stored = json.loads(idx.db.get(b"Msettings"))
-    idx.db.put(b"Msettings", json.dumps({**stored, "schema": 7}, sort_keys=True).encode())
-    idx._points.put(b"B\x00\x00" + bytes(6), (0).to_bytes(4, "big"))  # a bucket as format 7 kept it
+    idx.db.put(b"Msettings", json.dumps({**stored, "schema": old}, sort_keys=True).encode())
+    if old == 7:
+        idx._points.put(b"B\x00\x00" + bytes(6), (0).to_bytes(4, "big"))  # a bucket as format 7 kept it
+    idx._passages.put(bytes(6), (0).to_bytes(4, "big"))  # a passage list as formats 6-8 kept it
     idx.close()
     idx = open_index(tmp_path)
-    assert key_families(idx)[b"B"] == 0 and json.loads(idx.db.get(b"Msettings"))["schema"] == 8
+    counts = key_families(idx)
+    assert counts[b"B"] == 0 and counts[b"P"] == 0 and json.loads(idx.db.get(b"Msettings"))["schema"] == 9
     assert idx.lookup(keys(idx, signature(0, band0=7))[:1], [], 256).lsh == {0}
     idx.close()
 

@@ -30,9 +30,9 @@ def as_text(words: list[str]) -> str:
     return " ".join(" ".join(words[i:i + 12]).capitalize() + "." for i in range(0, len(words), 12))
 
 
-def _lists(dedup: Deduplicator) -> dict[bytes, bytes]:
-    """Every passage list of the index (a total-order scan)."""
-    return dict(dedup.index.passages.items(read_opt=dedup.index._ordered_read))
+def _lists(dedup: Deduplicator) -> dict[int, list[int]]:
+    """Every non-empty passage list of the index: anchor -> seqs."""
+    return dedup.index.passage_lists.as_dict()
 
 
 def _decide(path: Path, texts: list[str], **config) -> list:
@@ -104,14 +104,15 @@ def test_a_passage_held_by_many_articles_is_ignored(tmp_path: Path) -> None:
     with Deduplicator(c, tmp_path) as dedup:
         for i, text in enumerate(_site_pages(c.passage_common_docs + 3)):
             fp = dedup.fingerprint(Article(id=f"p{i}", text=text))
-            found = passages.lookup(dedup.index.passages, fp.anchors, c.passage_common_docs, c.passage_min_shared)
+            found = passages.lookup(dedup.index.passage_lists, fp.anchors, c.passage_common_docs,
+                                    c.passage_min_shared)
             if i < c.passage_common_docs:   # until the furniture's lists are full, it proposes every earlier page
                 assert sorted(found.shared) == list(range(i)) and found.usable == fp.anchors.shape[0]
             else:                           # then it proposes none, and counts in no containment
                 assert found.shared == {} and found.usable < fp.anchors.shape[0] - 5
             assert dedup.decide(f"p{i}", fp).type == "new"
         lists = list(_lists(dedup).values())
-    assert max(len(v) for v in lists) == 4 * c.passage_common_docs   # bounded: a full list is not extended
+    assert max(len(v) for v in lists) == c.passage_common_docs   # bounded: a full list is not extended
 
 
 def test_two_articles_sharing_only_boilerplate_are_not_duplicates(tmp_path: Path) -> None:
@@ -136,3 +137,21 @@ def test_removing_an_article_takes_it_out_of_the_passage_lists(tmp_path: Path) -
         assert dedup.remove("a") and dedup.remove("b")
         assert not list(_lists(dedup).items())
         assert dedup.process(Article(id="x", text=EXCERPT)).type == "new"
+
+
+def test_the_passage_lists_are_rebuilt_from_the_index_when_it_opens(tmp_path: Path) -> None:
+    """The lists live in memory: reopened, the index has the same lists (each article's ``D`` key
+    names the lists it joined), removals included, and decides as it did."""
+    pages = _site_pages(EngineConfig().passage_common_docs + 3)
+    with Deduplicator(EngineConfig(), tmp_path) as dedup:
+        for i, text in enumerate(pages):
+            dedup.process(Article(id=f"p{i}", text=text), now=float(i))
+        dedup.process(Article(id="a", text=as_text(ORIGINAL)), now=50.0)
+        assert dedup.remove("p2")
+        before = _lists(dedup)
+    assert before and max(len(v) for v in before.values()) == EngineConfig().passage_common_docs - 1  # full, less p2
+    with Deduplicator(EngineConfig(), tmp_path) as dedup:
+        assert _lists(dedup) == before
+        assert dedup.index.key_counts()[b"P"] == 0  # none of it in RocksDB
+        found = dedup.process(Article(id="x", text=EXCERPT), now=60.0)
+    assert found.is_duplicate and found.duplicate_of == "a" and found.method == "containment"
