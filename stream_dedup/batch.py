@@ -106,10 +106,11 @@ class BatchView:
         self.id_keys: dict[str, bytes] = {}
         self.buckets = index.buckets  # built now if it is not: before this batch's write
         self.filed: list[tuple[np.ndarray, int]] = []  # (bucket keys, seq) of the batch's indexed articles
-        self.own: BandTable | None = None  # the batch's own bucket members (made at its first indexed article)
+        self.own: BandTable | None = None  # the batch's own bucket members (made when a lookup needs them)
         self.lists = index.passage_lists  # built now if it is not, like the buckets
         self.joined: list[tuple[np.ndarray, int]] = []  # (anchors, seq): the passage lists the batch's articles join
-        self.own_lists: MemberLists | None = None  # the same, as lists
+        self.own_lists: MemberLists | None = None  # the same, as lists (made when a lookup needs them)
+        self.in_own = self.in_own_lists = 0  # how many of filed / joined they hold
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, keys: list[bytes], family: str = _POINTS) -> list[bytes | None]:
@@ -174,8 +175,7 @@ class BatchView:
         ``members`` ending at ``ends`` bucket by bucket); a bucket they take over its cap is read as
         it will be after the commit (only its newest ``cap`` members)."""
         own_ends = np.empty_like(ends)
-        assert self.own is not None
-        mine = self.own.lookup(bucket_keys, own_ends)
+        mine = self._own_buckets().lookup(bucket_keys, own_ends)
         if not mine.size:
             return
         lsh.update(mine.tolist())
@@ -196,10 +196,10 @@ class BatchView:
         if ends is None:
             ends = np.empty(anchors.shape[0], dtype=np.int64)
         members = self.lists.lookup(anchors, ends)
-        if self.own_lists is None:
+        if not self.joined:
             return members
         own_ends = np.empty_like(ends)
-        mine = self.own_lists.lookup(anchors, own_ends)
+        mine = self._own_lists().lookup(anchors, own_ends)
         if not mine.shape[0]:
             return members
         index_counts, own_counts = np.diff(ends, prepend=0), np.diff(own_ends, prepend=0)
@@ -208,6 +208,27 @@ class BatchView:
                            kind="stable")
         np.cumsum(index_counts + own_counts, out=ends)
         return np.concatenate([members, mine])[order]
+
+    def _own_buckets(self) -> BandTable:
+        """The batch's bucket members as a table (brought up to date with :attr:`filed`)."""
+        if self.own is None:
+            self.own = BandTable(self.buckets.bands, self.buckets.rows, cap=UNCAPPED, slots=256, nodes=128)
+        if self.in_own < len(self.filed):
+            new = self.filed[self.in_own:]
+            self.own.add(np.stack([keys for keys, _ in new]), np.array([seq for _, seq in new], dtype=np.uint32))
+            self.in_own = len(self.filed)
+        return self.own
+
+    def _own_lists(self) -> MemberLists:
+        """The passage lists the batch's articles joined (brought up to date with :attr:`joined`)."""
+        if self.own_lists is None:
+            self.own_lists = MemberLists(UNCAPPED, slots=256, nodes=128)
+        if self.in_own_lists < len(self.joined):
+            new = self.joined[self.in_own_lists:]
+            self.own_lists.add_entries(np.concatenate([a for a, _ in new]),
+                                       np.concatenate([np.full(a.shape[0], seq, dtype=np.uint32) for a, seq in new]))
+            self.in_own_lists = len(self.joined)
+        return self.own_lists
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
@@ -221,15 +242,9 @@ class BatchView:
         keys = article["bucket_keys"]
         if article["index_sketches"] and len(keys):
             self.filed.append((keys, seq))
-            if self.own is None:
-                self.own = BandTable(self.buckets.bands, self.buckets.rows, cap=UNCAPPED, slots=256, nodes=128)
-            self.own.add(keys.reshape(1, -1), np.array([seq], dtype=np.uint32))
         joins = article.get("postings", (None, b""))[0]
         if joins is not None and joins.shape[0]:
             self.joined.append((joins, seq))
-            if self.own_lists is None:
-                self.own_lists = MemberLists(UNCAPPED, slots=256, nodes=128)
-            self.own_lists.add_entries(joins, np.full(joins.shape[0], seq, dtype=np.uint32))
         self.mark(checkpoint, receipt, False)
         return seq
 
@@ -260,11 +275,11 @@ class BatchView:
         if self.filed:
             self.buckets.add(np.stack([keys for keys, _ in self.filed]),
                              np.array([seq for _, seq in self.filed], dtype=np.uint32))
-            self.filed, self.own = [], None
+            self.filed, self.own, self.in_own = [], None, 0
         if self.joined:
             self.lists.add_entries(np.concatenate([a for a, _ in self.joined]),
                                    np.concatenate([np.full(a.shape[0], seq, dtype=np.uint32) for a, seq in self.joined]))
-            self.joined, self.own_lists = [], None
+            self.joined, self.own_lists, self.in_own_lists = [], None, 0
 
 
 class _PassageLists:
