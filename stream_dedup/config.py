@@ -163,7 +163,7 @@ class EngineConfig:
     memory: int = _opt(
         2 << 30, "Memory for the index (RocksDB block cache, bloom filters and index blocks, memtables: one "
         "budget), e.g. 512MB, 2GB. The LSH buckets and passage lists are kept in memory outside it: ~1.1 GB per "
-        "million articles (RSS 2.3 GB at 1,000,000 articles with 2GB). The default kept the rate within 20 % of "
+        "million articles (RSS 2.3 GB at 1,000,000 articles with 2GB). The default kept the rate within 20 percent of "
         "its start up to 1,000,000 articles (README: Measured quality and speed); below the index's working set "
         "(~0.9 GB per million articles) the rate falls as the index grows.",
         parse=parse_size, show=format_size)
