@@ -270,6 +270,7 @@ class BatchView:
         index.next_seq, index.count = self.next_seq, self.count
         _, key, value = index.state_entry()
         self.batch.put(key, value)
+        index.lists_behind = True
         index.db.write(self.batch)
         self.batch, self.writes = WriteBatch(raw_mode=True), 0
         if self.filed:
@@ -280,6 +281,7 @@ class BatchView:
             self.lists.add_entries(np.concatenate([a for a, _ in self.joined]),
                                    np.concatenate([np.full(a.shape[0], seq, dtype=np.uint32) for a, seq in self.joined]))
             self.joined, self.own_lists, self.in_own_lists = [], None, 0
+        index.lists_behind = False
 
 
 class _PassageLists:

@@ -27,9 +27,10 @@ has a plain skip list to itself. SST files use bloom filters, so absent keys ski
 
 ``seq`` is a dense internal number given in arrival order. The LSH buckets are not in RocksDB: they
 are derived from the records' signatures and kept in a :class:`~stream_dedup.band_table.BandTable`
-(at most ``max_bucket`` members each, the newest kept), built from the records when the index is
-first used after opening (:attr:`Index.buckets`) and updated after each write that RocksDB accepted,
-so a crash loses nothing that is not rebuilt from the records. The article record packs first-seen time, SimHash, set size, exact
+(at most ``max_bucket`` members each, the newest kept), loaded from the snapshot written by the last
+close or built from the records when the index is first used after opening (:attr:`Index.buckets`,
+:mod:`stream_dedup.memory_lists`) and updated after each write that RocksDB accepted, so a crash
+loses nothing that is not rebuilt from the records. The article record packs first-seen time, SimHash, set size, exact
 hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b-bit minwise hashing,
 see :func:`stored_signature`), the article id and its cluster root id (length-prefixed
 UTF-8), the identity sketch (uint32 BE, length-prefixed), and the decision first returned for it
@@ -46,6 +47,7 @@ in one ``WriteBatch`` across families: a crash leaves a batch either fully index
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 from collections import Counter
@@ -56,12 +58,12 @@ import mmh3
 import numpy as np
 from rocksdict import MemtableFactory, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from .band_table import UNCAPPED, BandTable, MemberLists
+from . import memory_lists
+from .band_table import BandTable, MemberLists
 from .index_options import MemoryBudget, cache_counts
 from .index_record import (
     _RECORD,
     _SIG_DTYPE,
-    FLAG_INDEXED,
     NO_IDENTITY,
     SIGNATURE_BITS,
     StoredArticle,
@@ -75,6 +77,7 @@ from .index_record import (
 from .kernels import equal_counts
 from .passages import ANCHOR_BYTES, DELETE_PREFIX, PASSAGES, anchors_of
 
+log = logging.getLogger(__name__)
 _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
 _TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
@@ -89,7 +92,6 @@ _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applie
 # 9: no passage lists in RocksDB either (rebuilt from the ``D`` keys). 7 and 8 are converted on opening.
 _SCHEMA = 9
 _CONVERTED = (7, 8)  # older formats converted by dropping what moved to memory
-_FLAGS_AT = 20  # offset of the flags byte in a record
 _NO_MEMBERS = np.zeros(0, dtype=np.uint32)
 NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 _POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
@@ -132,6 +134,9 @@ class Index:
         self.banding = banding
         self._buckets: BandTable | None = None
         self._passage_lists: MemberLists | None = None
+        self._lists_tried = False  # whether the snapshot of the last close was looked for
+        self.lists_behind = False  # set while a write is in RocksDB and not yet in the lists
+        self.snapshot_on_close = True  # write the lists' snapshot at close (not for a throwaway index)
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
         # whole bytes of the permuted fingerprint that every probe's key covers
@@ -195,7 +200,8 @@ class Index:
         hits, misses = cache_counts(self._opts.get_statistics())
         return {"memory_budget_bytes": self.budget.memory,
                 "band_table_bytes": self._buckets.nbytes if self._buckets is not None else 0,
-                "passage_lists_bytes": self._passage_lists.nbytes if self._passage_lists is not None else 0, "block_cache_usage_bytes": self.budget.cache.get_usage(),
+                "passage_lists_bytes": self._passage_lists.nbytes if self._passage_lists is not None else 0,
+                "block_cache_usage_bytes": self.budget.cache.get_usage(),
                 "block_cache_pinned_bytes": self.budget.cache.get_pinned_usage(),
                 "memtable_bytes": self.budget.write_buffers.get_usage(),
                 "block_cache_hits": hits, "block_cache_misses": misses}
@@ -206,71 +212,41 @@ class Index:
 
     @property
     def passage_lists(self) -> MemberLists:
-        """The passage posting lists (built from the ``D`` keys on first use: one scan of them)."""
+        """The passage posting lists (loaded or built on first use: :mod:`stream_dedup.memory_lists`)."""
         if self._passage_lists is None:
-            self._passage_lists = self._build_passage_lists()
+            self._load_lists()
+            if self._passage_lists is None:
+                self._passage_lists = memory_lists.build_passage_lists(self)
         return self._passage_lists
-
-    def _build_passage_lists(self, chunk: int = 1 << 16) -> MemberLists:
-        lists = MemberLists(UNCAPPED)  # the engine stops adding at --passage-common-docs
-        keys: list[np.ndarray] = []
-        seqs: list[np.ndarray] = []
-        pending = 0
-        it = self._points.iter(self._ordered_read)
-        it.seek(DELETE_PREFIX)
-        while it.valid():
-            key = it.key()
-            if key[:1] != DELETE_PREFIX:
-                break
-            anchors = anchors_of(it.value())
-            keys.append(anchors)
-            seqs.append(np.full(anchors.shape[0], _U64.unpack_from(key, 1)[0], dtype=np.uint32))
-            pending += anchors.shape[0]
-            if pending >= chunk:
-                lists.add_entries(np.concatenate(keys), np.concatenate(seqs))
-                keys, seqs, pending = [], [], 0
-            it.next()
-        del it
-        if keys:
-            lists.add_entries(np.concatenate(keys), np.concatenate(seqs))
-        return lists
 
     @property
     def buckets(self) -> BandTable:
-        """The LSH buckets (built from the article records on first use: one scan of them)."""
+        """The LSH buckets (loaded or built on first use: :mod:`stream_dedup.memory_lists`)."""
         if self._buckets is None:
-            self._buckets = self._build_buckets()
+            self._load_lists()
+            if self._buckets is None:
+                self._buckets = memory_lists.build_buckets(self)
         return self._buckets
 
-    def _build_buckets(self, chunk: int = 8192) -> BandTable:
-        table = BandTable(*self.banding, self.max_bucket)
-        start, end = _RECORD.size, _RECORD.size + _SIG_DTYPE.itemsize * self.num_perm
-        rows: list[bytes] = []
-        seqs: list[int] = []
+    def _load_lists(self) -> None:
+        if not self._lists_tried:
+            self._lists_tried = True
+            loaded = memory_lists.load(self)
+            if loaded is not None:
+                self._buckets, self._passage_lists = loaded
 
-        def add() -> None:
-            raw = np.frombuffer(b"".join(rows), dtype=_SIG_DTYPE).reshape(len(rows), self.num_perm)
-            table.add(table.keys(raw), np.array(seqs, dtype=np.uint32))
-            rows.clear()
-            seqs.clear()
-
+    def scan(self, prefix: bytes):
+        """``(key, value)`` of the points family's keys that start with ``prefix``, in key order."""
         it = self._points.iter(self._ordered_read)
-        it.seek(b"A")
+        it.seek(prefix)
+        n = len(prefix)
         while it.valid():
             key = it.key()
-            if key[0] != 0x41:  # past the records
+            if key[:n] != prefix:
                 break
-            v = it.value()
-            if v[_FLAGS_AT] & FLAG_INDEXED and _RECORD.unpack_from(v)[2] > 0:
-                rows.append(v[start:end])
-                seqs.append(_U64.unpack_from(key, 1)[0])
-                if len(rows) == chunk:
-                    add()
+            yield key, it.value()
             it.next()
         del it
-        if rows:
-            add()
-        return table
 
     def key_counts(self) -> Counter:
         """Keys per family (``A I X D`` of points, ``S`` simhash, ``T`` time, ``P`` passages (none since format 9),
@@ -398,11 +374,13 @@ class Index:
         entries = self.article_entries(seq, **article)
         entries.append(self.state_entry())
         entries += self.mark_entries(checkpoint, receipt, False)
+        self.lists_behind = True
         self.write(entries)
         if article["index_sketches"] and len(article["bucket_keys"]):
             table.add(article["bucket_keys"].reshape(1, -1), np.array([seq], dtype=np.uint32))
         joins = article.get("postings", (NO_ANCHORS, b""))[0]
         lists.add_entries(joins, np.full(joins.shape[0], seq, dtype=np.uint32))
+        self.lists_behind = False
         return seq
 
     def take_seq(self) -> int:
@@ -520,10 +498,12 @@ class Index:
                 wb.delete(_TABLE_ENTRY.pack(number, p, art.seq), self._cf[_SIMHASH])
         self.count -= 1
         wb.put(b"Mstate", _STATE.pack(self.next_seq, self.count))
+        self.lists_behind = True
         self.db.write(wb)
         if art.indexed and len(bucket_keys):
             table.remove(bucket_keys, art.seq)
         lists.remove(anchors, art.seq)
+        self.lists_behind = False
 
     def oldest(self, before: float, limit: int) -> list[int]:
         """Seqs first seen before ``before`` (epoch seconds), oldest first."""
@@ -553,7 +533,14 @@ class Index:
         self.db.flush()
 
     def close(self) -> None:
-        """Close the database; the family handles are dropped too (they keep it open otherwise)."""
+        """Write the in-memory lists' snapshot (:mod:`stream_dedup.memory_lists`), then close the
+        database; the family handles are dropped too (they keep it open otherwise)."""
+        if self.snapshot_on_close and not self.lists_behind and self._buckets is not None \
+                and self._passage_lists is not None:
+            try:
+                memory_lists.save(self, self._buckets, self._passage_lists)
+            except OSError as exc:  # the next open builds them again from RocksDB
+                log.warning("could not write the in-memory lists' snapshot in %s: %s", self.path, exc)
         self.db.close()
         self._points = self._tables = self._time = self._receipts = self._passages = None  # type: ignore[assignment]
         self._cf = {}

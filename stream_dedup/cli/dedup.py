@@ -183,6 +183,7 @@ def run_dedup(args: argparse.Namespace) -> int:
             raise
         except Exception as exc:  # noqa: BLE001 - RocksDB reports e.g. a held lock or a bad directory
             raise RunError(f"cannot open the state in {state_dir}: {exc}") from None
+        dedup.index.snapshot_on_close = bool(state_arg)  # a temporary index is not reopened
         # a temporary state is deleted next: when the process ends next too, it is not closed (see main)
         leave_open = not state_arg and getattr(args, "process_ends", False)
         stack.push(lambda exc_type, *_: release_state(dedup, leave_open and exc_type is None))

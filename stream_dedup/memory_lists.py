@@ -1,0 +1,122 @@
+"""The index's in-memory lists: built from RocksDB, or loaded from the snapshot its last close wrote.
+
+The LSH buckets (:class:`~stream_dedup.band_table.BandTable`) and the passage lists
+(:class:`~stream_dedup.band_table.MemberLists`) are derived from what RocksDB keeps: the buckets
+from the 16-bit signature rows of the article records (``A`` keys), the passage lists from the
+anchors each article joined (``D`` keys). Building them reads every such key once: ~13 s per
+million articles (README, Scale). So closing an index also writes them to one file,
+``memory-lists.npz`` in the index directory, and then stores a random token naming that file in
+RocksDB (``Mlists``). Opening loads the file only if RocksDB holds the same token and the same
+article count, and deletes the token before anything else is written: an index that is written
+to and then not closed (a crash, a kill) has no token, and its lists are built again from RocksDB.
+A file without its token is never read. Nothing of the decisions depends on which way the lists
+came: ``tests/engine/test_memory_lists.py`` compares both.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import struct
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .band_table import UNCAPPED, BandTable, MemberLists
+from .index_record import _RECORD, _SIG_DTYPE, FLAG_INDEXED
+from .passages import DELETE_PREFIX, anchors_of
+
+if TYPE_CHECKING:
+    from .index import Index
+
+SNAPSHOT_FILE = "memory-lists.npz"
+TOKEN_KEY = b"Mlists"
+_U64 = struct.Struct(">Q")
+_FLAGS_AT = 20  # offset of the flags byte in a record
+_ARRAYS = ("slot_keys", "slot_head", "node_seq", "node_next", "meta")
+
+
+def build_buckets(index: Index, chunk: int = 8192) -> BandTable:
+    """The LSH buckets of every indexed article, from the records, in seq order."""
+    table = BandTable(*index.banding, index.max_bucket)
+    start, end = _RECORD.size, _RECORD.size + _SIG_DTYPE.itemsize * index.num_perm
+    rows: list[bytes] = []
+    seqs: list[int] = []
+
+    def add() -> None:
+        raw = np.frombuffer(b"".join(rows), dtype=_SIG_DTYPE).reshape(len(rows), index.num_perm)
+        table.add(table.keys(raw), np.array(seqs, dtype=np.uint32))
+        rows.clear()
+        seqs.clear()
+
+    for key, value in index.scan(b"A"):
+        if value[_FLAGS_AT] & FLAG_INDEXED and _RECORD.unpack_from(value)[2] > 0:
+            rows.append(value[start:end])
+            seqs.append(_U64.unpack_from(key, 1)[0])
+            if len(rows) == chunk:
+                add()
+    if rows:
+        add()
+    return table
+
+
+def build_passage_lists(index: Index, chunk: int = 1 << 16) -> MemberLists:
+    """The passage lists: each article in the lists its ``D`` key names, in seq order."""
+    lists = MemberLists(UNCAPPED)  # the engine stops adding at --passage-common-docs
+    keys: list[np.ndarray] = []
+    seqs: list[np.ndarray] = []
+    pending = 0
+    for key, value in index.scan(DELETE_PREFIX):
+        anchors = anchors_of(value)
+        keys.append(anchors)
+        seqs.append(np.full(anchors.shape[0], _U64.unpack_from(key, 1)[0], dtype=np.uint32))
+        pending += anchors.shape[0]
+        if pending >= chunk:
+            lists.add_entries(np.concatenate(keys), np.concatenate(seqs))
+            keys, seqs, pending = [], [], 0
+    if keys:
+        lists.add_entries(np.concatenate(keys), np.concatenate(seqs))
+    return lists
+
+
+def _fingerprint(index: Index) -> np.ndarray:
+    """What a snapshot must agree with: the article count, the next seq and the bucket shape."""
+    return np.array([index.count, index.next_seq, *index.banding, index.max_bucket], dtype=np.int64)
+
+
+def load(index: Index) -> tuple[BandTable, MemberLists] | None:
+    """The lists of the snapshot the index's last close wrote, if it is that one; the token is
+    dropped either way (the index is about to change)."""
+    token = index.db.get(TOKEN_KEY)
+    if token is None:
+        return None
+    index.db.delete(TOKEN_KEY)
+    path = Path(index.path) / SNAPSHOT_FILE
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if data["token"].tobytes() != token or not np.array_equal(data["index"], _fingerprint(index)):
+                return None
+            buckets = BandTable(*index.banding, index.max_bucket, slots=1, nodes=1)
+            lists = MemberLists(UNCAPPED, slots=1, nodes=1)
+            for prefix, table in (("buckets_", buckets), ("lists_", lists)):
+                for name in _ARRAYS:
+                    setattr(table, name, data[prefix + name])
+    except (OSError, KeyError, ValueError):
+        return None
+    return buckets, lists
+
+
+def save(index: Index, buckets: BandTable, lists: MemberLists) -> None:
+    """Write the lists next to the index, then the token that makes them valid (see the module doc)."""
+    path = Path(index.path) / SNAPSHOT_FILE
+    tmp = path.with_suffix(".tmp.npz")
+    token = secrets.token_bytes(16)
+    arrays = {f"{prefix}{name}": getattr(table, name) for prefix, table in (("buckets_", buckets), ("lists_", lists))
+              for name in _ARRAYS}
+    with open(tmp, "wb") as f:
+        np.savez(f, token=np.frombuffer(token, dtype=np.uint8), index=_fingerprint(index), **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    index.db.put(TOKEN_KEY, token)

@@ -1,0 +1,80 @@
+"""stream_dedup.memory_lists: the in-memory lists come back the same whether they are loaded from
+the snapshot of the last close or built again from RocksDB, and a snapshot is used only when the
+index is exactly the one it was written for."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stream_dedup import memory_lists
+from stream_dedup.config import EngineConfig
+from stream_dedup.engine import Deduplicator
+from stream_dedup.record import article_from_object
+
+NOW = 1_700_000_000.0
+
+
+@pytest.fixture(scope="module")
+def articles(shared_stream):
+    return [article_from_object(obj, EngineConfig()) for obj in shared_stream(600)[0]]
+
+
+def _state(dedup: Deduplicator) -> tuple[dict, dict]:
+    return dedup.index.buckets.as_dict(), dedup.index.passage_lists.as_dict()
+
+
+@pytest.mark.shared_data
+def test_a_closed_index_reopens_from_its_snapshot_with_the_same_lists(tmp_path: Path, articles) -> None:
+    with Deduplicator(EngineConfig(), tmp_path / "a") as d:
+        d.process_batch(articles[:400], now=NOW)
+        before = _state(d)
+    assert (tmp_path / "a" / memory_lists.SNAPSHOT_FILE).exists()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    with Deduplicator(EngineConfig(), tmp_path / "a") as d:
+        assert d.index.db.get(memory_lists.TOKEN_KEY) is not None
+        assert _state(d) == before
+        assert d.index.db.get(memory_lists.TOKEN_KEY) is None  # used once: the index is about to change
+        loaded = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
+    os.remove(tmp_path / "b" / memory_lists.SNAPSHOT_FILE)  # the copy must build them from RocksDB
+    with Deduplicator(EngineConfig(), tmp_path / "b") as d:
+        assert _state(d) == before
+        built = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
+    assert loaded == built and any(e["type"] == "duplicate-of" for e in loaded)
+
+
+@pytest.mark.shared_data
+def test_an_index_written_after_its_snapshot_builds_its_lists_again(tmp_path: Path, articles) -> None:
+    """A crash (no close) after writes leaves no token: the stale file is not read."""
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        d.process_batch(articles[:200], now=NOW)
+    d = Deduplicator(EngineConfig(), tmp_path)
+    d.process_batch(articles[200:300], now=NOW)    # the token is gone from here on
+    expected = _state(d)
+    d.index.snapshot_on_close = False              # as a crash would: no snapshot written
+    d.close()
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        assert d.index.db.get(memory_lists.TOKEN_KEY) is None
+        assert _state(d) == expected
+
+
+def test_a_snapshot_of_another_index_state_is_not_used(tmp_path: Path, textgen) -> None:
+    """The token and the article count must both agree; a write that did not reach the lists
+    (an exception between RocksDB and the lists) writes no snapshot."""
+    from stream_dedup.record import Article
+    texts = [textgen.text(textgen.words(i, 300)) for i in range(5)]
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        for i, t in enumerate(texts[:3]):
+            d.process(Article(id=f"a{i}", text=t), now=NOW)
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        d.index.db.put(memory_lists.TOKEN_KEY, b"x" * 16)  # a token that names another file
+        assert memory_lists.load(d.index) is None
+        d.index.lists_behind = True
+        d.process(Article(id="a3", text=texts[3]), now=NOW)
+        d.index.lists_behind = True  # as if the last write had not reached the lists
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        assert d.index.db.get(memory_lists.TOKEN_KEY) is None and len(d) == 4
+        assert d.process(Article(id="a4", text=texts[0]), now=NOW).duplicate_of == "a0"
