@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from stream_dedup import memory_lists
 from stream_dedup.index import Index
 from stream_dedup.index_record import stored_signature
 
@@ -194,13 +196,19 @@ def test_state_survives_reopen(tmp_path: Path) -> None:
     live = [idx.buckets.lookup(every[i:i + 1]).tolist() for i in range(len(every))]
     assert live == [[6, 4, 3], [6, 4, 2, 0], [3, 1]]  # newest first; 5 deleted; the shared one capped at 4
     idx.close()
-    idx = open_index(tmp_path, max_bucket=4)  # the buckets are rebuilt from the records
+    shutil.copytree(tmp_path, tmp_path.parent / "copy")
+    idx = open_index(tmp_path, max_bucket=4)  # the buckets as the close left them (its snapshot)
     assert idx.count == 7 and idx.next_seq == 8
-    assert [idx.buckets.lookup(every[i:i + 1]).tolist() for i in range(len(every))] == [[6, 4, 3, 2], [6, 4, 2, 0],
-                                                                                         [3, 1]]
+    assert [idx.buckets.lookup(every[i:i + 1]).tolist() for i in range(len(every))] == live
     assert add(idx, 8, sig=signature(8, band0=7), bucketed=True) == 8
     assert idx.lookup(every[:1], [], 256).lsh == {8, 6, 4, 3}
     assert idx.article(2).decision == {"n": 2}
+    idx.close()
+    (tmp_path.parent / "copy" / memory_lists.SNAPSHOT_FILE).unlink()
+    idx = open_index(tmp_path.parent / "copy", max_bucket=4)  # no snapshot: rebuilt from the records
+    # the shared bucket gets back 2, which the cap had dropped before 5 was deleted: one more candidate
+    assert [idx.buckets.lookup(every[i:i + 1]).tolist() for i in range(len(every))] == [[6, 4, 3, 2], [6, 4, 2, 0],
+                                                                                         [3, 1]]
     idx.close()
 
 
