@@ -134,7 +134,6 @@ class Index:
         self.banding = banding
         self._buckets: BandTable | None = None
         self._passage_lists: MemberLists | None = None
-        self._lists_tried = False  # whether the snapshot of the last close was looked for
         self.lists_behind = False  # set while a write is in RocksDB and not yet in the lists
         self.snapshot_on_close = True  # write the lists' snapshot at close (not for a throwaway index)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -211,29 +210,24 @@ class Index:
         return None if v is None else _U64.unpack(v)[0]
 
     @property
-    def passage_lists(self) -> MemberLists:
-        """The passage posting lists (loaded or built on first use: :mod:`stream_dedup.memory_lists`)."""
-        if self._passage_lists is None:
-            self._load_lists()
-            if self._passage_lists is None:
-                self._passage_lists = memory_lists.build_passage_lists(self)
-        return self._passage_lists
+    def buckets(self) -> BandTable:
+        """The LSH buckets (loaded or built with the passage lists on first use: :meth:`lists`)."""
+        return self._buckets or self.lists()[0]
 
     @property
-    def buckets(self) -> BandTable:
-        """The LSH buckets (loaded or built on first use: :mod:`stream_dedup.memory_lists`)."""
-        if self._buckets is None:
-            self._load_lists()
-            if self._buckets is None:
-                self._buckets = memory_lists.build_buckets(self)
-        return self._buckets
+    def passage_lists(self) -> MemberLists:
+        """The passage posting lists (loaded or built with the buckets on first use: :meth:`lists`)."""
+        return self._passage_lists or self.lists()[1]
 
-    def _load_lists(self) -> None:
-        if not self._lists_tried:
-            self._lists_tried = True
+    def lists(self) -> tuple[BandTable, MemberLists]:
+        """The in-memory LSH buckets and passage lists: from the snapshot of the last close if it is
+        this index's, else built from RocksDB (:mod:`stream_dedup.memory_lists`)."""
+        if self._buckets is None or self._passage_lists is None:
             loaded = memory_lists.load(self)
-            if loaded is not None:
-                self._buckets, self._passage_lists = loaded
+            if loaded is None:
+                loaded = memory_lists.build_buckets(self), memory_lists.build_passage_lists(self)
+            self._buckets, self._passage_lists = loaded
+        return self._buckets, self._passage_lists
 
     def scan(self, prefix: bytes):
         """``(key, value)`` of the points family's keys that start with ``prefix``, in key order."""
