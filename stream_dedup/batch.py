@@ -104,10 +104,9 @@ class BatchView:
         self.masks = table_masks
         self.tables: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (table, key bits) -> [(permuted, seq)]
         self.id_keys: dict[str, bytes] = {}
-        self.buckets = index.buckets  # built now if it is not: before this batch's write
+        self.buckets, self.lists = index.lists()  # loaded or built now if they are not: before this batch's write
         self.filed: list[tuple[np.ndarray, int]] = []  # (bucket keys, seq) of the batch's indexed articles
         self.own: BandTable | None = None  # the batch's own bucket members (made when a lookup needs them)
-        self.lists = index.passage_lists  # built now if it is not, like the buckets
         self.joined: list[tuple[np.ndarray, int]] = []  # (anchors, seq): the passage lists the batch's articles join
         self.own_lists: MemberLists | None = None  # the same, as lists (made when a lookup needs them)
         self.in_own = self.in_own_lists = 0  # how many of filed / joined they hold
@@ -153,7 +152,7 @@ class BatchView:
         """:meth:`Index.compare` on the records as the batch sees them."""
         return self.index.compare(seqs, minhash, self.get([b"A" + _u64(s) for s in seqs]))
 
-    def lookup(self, bucket_keys: list[bytes], table_probes: list[tuple[int, int, int]],
+    def lookup(self, bucket_keys: np.ndarray, table_probes: list[tuple[int, int, int]],
                max_distance: int) -> Lookup:
         """:meth:`Index.lookup` with the batch's bucket members and SimHash table entries."""
         if self.filed and len(bucket_keys):
