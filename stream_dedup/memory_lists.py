@@ -7,7 +7,7 @@ anchors each article joined (``D`` keys). Building them reads every such key onc
 million articles (README, Scale). So closing an index also writes them to one file,
 ``memory-lists.npz`` in the index directory, and then stores a random token naming that file in
 RocksDB (``Mlists``). Opening loads the file only if RocksDB holds the same token and the same
-article count, and deletes the token before anything else is written: an index that is written
+article count, and deletes the token before anything else is written (and the file once read): an index that is written
 to and then not closed (a crash, a kill) has no token, and its lists are built again from RocksDB.
 A file without its token is never read. Nothing of the decisions depends on which way the lists
 came: ``tests/engine/test_memory_lists.py`` compares both.
@@ -104,6 +104,8 @@ def load(index: Index) -> tuple[BandTable, MemberLists] | None:
                     setattr(table, name, data[prefix + name])
     except (OSError, KeyError, ValueError):
         return None
+    finally:
+        path.unlink(missing_ok=True)  # read once: the next close writes a new one (no stale copy on disk)
     return buckets, lists
 
 

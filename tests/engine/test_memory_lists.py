@@ -38,6 +38,7 @@ def test_a_closed_index_reopens_from_its_snapshot_with_the_same_lists(tmp_path: 
         assert d.index.db.get(memory_lists.TOKEN_KEY) is not None
         assert _state(d) == before
         assert d.index.db.get(memory_lists.TOKEN_KEY) is None  # used once: the index is about to change
+        assert not (tmp_path / "a" / memory_lists.SNAPSHOT_FILE).exists()  # and no stale copy kept on disk
         loaded = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
     os.remove(tmp_path / "b" / memory_lists.SNAPSHOT_FILE)  # the copy must build them from RocksDB
     with Deduplicator(EngineConfig(), tmp_path / "b") as d:
