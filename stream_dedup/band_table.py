@@ -185,6 +185,13 @@ def table_rehash(slot_keys, slot_head, new_keys, new_head):
     return moved
 
 
+def list_sizes(ends: np.ndarray) -> np.ndarray:
+    """The size of each list from where each ends (``ends`` of :meth:`MemberLists.lookup`)."""
+    sizes = ends.copy()
+    sizes[1:] -= ends[:-1]
+    return sizes
+
+
 class MemberLists:
     """Lists of uint32 members under uint64 keys, at most ``cap`` each (see the module doc). Single writer."""
 

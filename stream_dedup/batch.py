@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rocksdict import WriteBatch
 
-from .band_table import UNCAPPED, BandTable, MemberLists
+from .band_table import UNCAPPED, BandTable, MemberLists, list_sizes
 from .fingerprint import Fingerprint
 from .index import _POINTS, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import StoredArticle, _unpack_record, stored_signature
@@ -106,6 +106,7 @@ class BatchView:
         self.id_keys: dict[str, bytes] = {}
         self.buckets, self.lists = index.lists()  # loaded or built now if they are not: before this batch's write
         self.filed: list[tuple[np.ndarray, int]] = []  # (bucket keys, seq) of the batch's indexed articles
+        self.filed_keys: set[int] = set()  # their bucket keys (most lookups share none of them)
         self.own: BandTable | None = None  # the batch's own bucket members (made when a lookup needs them)
         self.joined: list[tuple[np.ndarray, int]] = []  # (anchors, seq): the passage lists the batch's articles join
         self.own_lists: MemberLists | None = None  # the same, as lists (made when a lookup needs them)
@@ -155,7 +156,7 @@ class BatchView:
     def lookup(self, bucket_keys: np.ndarray, table_probes: list[tuple[int, int, int]],
                max_distance: int) -> Lookup:
         """:meth:`Index.lookup` with the batch's bucket members and SimHash table entries."""
-        if self.filed and len(bucket_keys):
+        if self.filed and len(bucket_keys) and not self.filed_keys.isdisjoint(bucket_keys.tolist()):
             ends = np.empty(bucket_keys.shape[0], dtype=np.int64)
             members = self.buckets.lookup(bucket_keys, ends)
             found = self.index.lookup(bucket_keys, table_probes, max_distance, members)
@@ -179,7 +180,7 @@ class BatchView:
             return
         lsh.update(mine.tolist())
         cap = self.buckets.cap
-        if (np.diff(ends, prepend=0) + np.diff(own_ends, prepend=0) > cap).any():
+        if (list_sizes(ends) + list_sizes(own_ends) > cap).any():
             lsh.clear()
             listed, own, e, oe = members.tolist(), mine.tolist(), ends.tolist(), own_ends.tolist()
             for i in range(len(e)):  # each bucket newest first: the batch's members, then the index's
@@ -201,7 +202,7 @@ class BatchView:
         mine = self._own_lists().lookup(anchors, own_ends)
         if not mine.shape[0]:
             return members
-        index_counts, own_counts = np.diff(ends, prepend=0), np.diff(own_ends, prepend=0)
+        index_counts, own_counts = list_sizes(ends), list_sizes(own_ends)
         lists = np.arange(anchors.shape[0])
         order = np.argsort(np.concatenate([np.repeat(lists, index_counts), np.repeat(lists, own_counts)]),
                            kind="stable")
@@ -241,6 +242,7 @@ class BatchView:
         keys = article["bucket_keys"]
         if article["index_sketches"] and len(keys):
             self.filed.append((keys, seq))
+            self.filed_keys.update(keys.tolist())
         joins = article.get("postings", (None, b""))[0]
         if joins is not None and joins.shape[0]:
             self.joined.append((joins, seq))
@@ -276,6 +278,7 @@ class BatchView:
             self.buckets.add(np.stack([keys for keys, _ in self.filed]),
                              np.array([seq for _, seq in self.filed], dtype=np.uint32))
             self.filed, self.own, self.in_own = [], None, 0
+            self.filed_keys = set()
         if self.joined:
             self.lists.add_entries(np.concatenate([a for a, _ in self.joined]),
                                    np.concatenate([np.full(a.shape[0], seq, dtype=np.uint32) for a, seq in self.joined]))

@@ -48,6 +48,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .band_table import list_sizes
 from .jit import kernel
 from .kernels import shingle_hashes
 
@@ -138,7 +139,7 @@ def lookup(lists: PostingLists, anchors: np.ndarray, common_docs: int, min_share
         return PassageLookup(anchors, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32), {}, 0)
     ends = np.empty(anchors.shape[0], dtype=np.int64)
     members = lists.lookup(anchors, ends)
-    counts = np.diff(ends, prepend=0)
+    counts = list_sizes(ends)
     usable_lists = counts < common_docs
     usable = int(usable_lists.sum())
     shared: dict[int, int] = {}
