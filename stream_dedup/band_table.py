@@ -227,6 +227,12 @@ class MemberLists:
             self.reserve(keys.shape[0])
             table_add(self.slot_keys, self.slot_head, self.node_seq, self.node_next, self.meta, keys, seqs, self.cap)
 
+    def file(self, pairs: list[tuple[np.ndarray, int]]) -> None:
+        """File each ``(keys, seq)`` in order: ``seq`` under every key of ``keys`` (uint64)."""
+        if pairs:
+            self.add_entries(np.concatenate([keys for keys, _ in pairs]),
+                             np.concatenate([np.full(keys.shape[0], seq, dtype=np.uint32) for keys, seq in pairs]))
+
     def remove(self, keys: np.ndarray, seq: int) -> None:
         """Take ``seq`` out of the lists ``keys`` (uint64[m])."""
         if keys.shape[0]:

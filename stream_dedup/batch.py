@@ -29,6 +29,7 @@ from .band_table import UNCAPPED, BandTable, MemberLists, list_sizes
 from .fingerprint import Fingerprint
 from .index import _POINTS, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import StoredArticle, _unpack_record, stored_signature
+from .passages import NO_ANCHORS
 
 if TYPE_CHECKING:
     from .decision import Decision
@@ -213,21 +214,16 @@ class BatchView:
         """The batch's bucket members as a table (brought up to date with :attr:`filed`)."""
         if self.own is None:
             self.own = BandTable(self.buckets.bands, self.buckets.rows, cap=UNCAPPED, slots=256, nodes=128)
-        if self.in_own < len(self.filed):
-            new = self.filed[self.in_own:]
-            self.own.add(np.stack([keys for keys, _ in new]), np.array([seq for _, seq in new], dtype=np.uint32))
-            self.in_own = len(self.filed)
+        self.own.file(self.filed[self.in_own:])
+        self.in_own = len(self.filed)
         return self.own
 
     def _own_lists(self) -> MemberLists:
         """The passage lists the batch's articles joined (brought up to date with :attr:`joined`)."""
         if self.own_lists is None:
             self.own_lists = MemberLists(UNCAPPED, slots=256, nodes=128)
-        if self.in_own_lists < len(self.joined):
-            new = self.joined[self.in_own_lists:]
-            self.own_lists.add_entries(np.concatenate([a for a, _ in new]),
-                                       np.concatenate([np.full(a.shape[0], seq, dtype=np.uint32) for a, seq in new]))
-            self.in_own_lists = len(self.joined)
+        self.own_lists.file(self.joined[self.in_own_lists:])
+        self.in_own_lists = len(self.joined)
         return self.own_lists
 
     # -- writes -----------------------------------------------------------------------------
@@ -243,8 +239,8 @@ class BatchView:
         if article["index_sketches"] and len(keys):
             self.filed.append((keys, seq))
             self.filed_keys.update(keys.tolist())
-        joins = article.get("postings", (None, b""))[0]
-        if joins is not None and joins.shape[0]:
+        joins = article.get("postings", (NO_ANCHORS, b""))[0]
+        if joins.shape[0]:
             self.joined.append((joins, seq))
         self.mark(checkpoint, receipt, False)
         return seq
@@ -274,15 +270,10 @@ class BatchView:
         index.lists_behind = True
         index.db.write(self.batch)
         self.batch, self.writes = WriteBatch(raw_mode=True), 0
-        if self.filed:
-            self.buckets.add(np.stack([keys for keys, _ in self.filed]),
-                             np.array([seq for _, seq in self.filed], dtype=np.uint32))
-            self.filed, self.own, self.in_own = [], None, 0
-            self.filed_keys = set()
-        if self.joined:
-            self.lists.add_entries(np.concatenate([a for a, _ in self.joined]),
-                                   np.concatenate([np.full(a.shape[0], seq, dtype=np.uint32) for a, seq in self.joined]))
-            self.joined, self.own_lists, self.in_own_lists = [], None, 0
+        self.buckets.file(self.filed)
+        self.lists.file(self.joined)
+        self.filed, self.own, self.in_own, self.filed_keys = [], None, 0, set()
+        self.joined, self.own_lists, self.in_own_lists = [], None, 0
         index.lists_behind = False
 
 

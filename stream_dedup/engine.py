@@ -236,7 +236,7 @@ class Deduplicator:
         was verified a duplicate of."""
         if passage is None or not self._adds_to_index(decision, has_shingles):
             return passages.NO_ANCHORS, b""
-        return passages.posting_writes(passage, view.next_seq, self.config.passage_common_docs, matched)
+        return passages.posting_writes(passage, self.config.passage_common_docs, matched)
 
     def _adds_to_index(self, decision: Decision, has_shingles: bool) -> bool:
         """Whether the article's sketches go into the LSH buckets and SimHash tables.

@@ -75,7 +75,7 @@ from .index_record import (
     stored_signature,
 )
 from .kernels import equal_counts
-from .passages import ANCHOR_BYTES, DELETE_PREFIX, PASSAGES, anchors_of
+from .passages import ANCHOR_BYTES, DELETE_PREFIX, NO_ANCHORS, PASSAGES, anchors_of
 
 log = logging.getLogger(__name__)
 _U64 = struct.Struct(">Q")
@@ -93,7 +93,6 @@ _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applie
 _SCHEMA = 9
 _CONVERTED = (7, 8)  # older formats converted by dropping what moved to memory
 _NO_MEMBERS = np.zeros(0, dtype=np.uint32)
-NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 _POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
 DEFAULT = "default"  # the family of the state, checkpoints and settings
 Entry = tuple[str, bytes, bytes]  # a write: (family, key, value)
@@ -363,17 +362,16 @@ class Index:
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
         """Index one article in one atomic write: :meth:`article_entries` (its keyword arguments),
         the index state, and the ``checkpoint`` and ``receipt`` marks (see :meth:`mark`)."""
-        table, lists = self.buckets, self.passage_lists  # built before the write: not from this article
+        table, lists = self.lists()  # loaded or built before the write: not from this article
         seq = self.take_seq()
         entries = self.article_entries(seq, **article)
         entries.append(self.state_entry())
         entries += self.mark_entries(checkpoint, receipt, False)
         self.lists_behind = True
         self.write(entries)
-        if article["index_sketches"] and len(article["bucket_keys"]):
-            table.add(article["bucket_keys"].reshape(1, -1), np.array([seq], dtype=np.uint32))
-        joins = article.get("postings", (NO_ANCHORS, b""))[0]
-        lists.add_entries(joins, np.full(joins.shape[0], seq, dtype=np.uint32))
+        if article["index_sketches"]:
+            table.file([(article["bucket_keys"], seq)])
+        lists.file([(article.get("postings", (NO_ANCHORS, b""))[0], seq)])
         self.lists_behind = False
         return seq
 
@@ -395,7 +393,7 @@ class Index:
                         exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list,
                         bucket_keys: np.ndarray, permuted: list[int],
                         index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
-                        postings: tuple[np.ndarray, bytes] = (np.zeros(0, dtype=np.uint64), b"")) -> list[Entry]:
+                        postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b"")) -> list[Entry]:
         """The ``(family, key, value)`` writes that index article ``seq``.
 
         ``bucket_keys`` are its LSH bucket keys (filed in :attr:`buckets` by the caller once the
@@ -474,7 +472,7 @@ class Index:
                anchors: np.ndarray | None = None) -> None:
         """Remove every key of ``art`` in one atomic write, then its LSH bucket entries (``bucket_keys``);
         and its passage list entries (``anchors``: those it added; by default read from its ``D`` key)."""
-        table, lists = self.buckets, self.passage_lists
+        table, lists = self.lists()
         if anchors is None:
             anchors = anchors_of(self.passages_added(art.seq))
         points = self._cf[_POINTS]

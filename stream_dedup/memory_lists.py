@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 SNAPSHOT_FILE = "memory-lists.npz"
 TOKEN_KEY = b"Mlists"
 _U64 = struct.Struct(">Q")
-_FLAGS_AT = 20  # offset of the flags byte in a record
 _ARRAYS = ("slot_keys", "slot_head", "node_seq", "node_next", "meta")
 
 
@@ -51,7 +50,8 @@ def build_buckets(index: Index, chunk: int = 8192) -> BandTable:
         seqs.clear()
 
     for key, value in index.scan(b"A"):
-        if value[_FLAGS_AT] & FLAG_INDEXED and _RECORD.unpack_from(value)[2] > 0:
+        _, _, n_shingles, flags, _ = _RECORD.unpack_from(value)
+        if flags & FLAG_INDEXED and n_shingles > 0:
             rows.append(value[start:end])
             seqs.append(_U64.unpack_from(key, 1)[0])
             if len(rows) == chunk:
@@ -61,22 +61,16 @@ def build_buckets(index: Index, chunk: int = 8192) -> BandTable:
     return table
 
 
-def build_passage_lists(index: Index, chunk: int = 1 << 16) -> MemberLists:
+def build_passage_lists(index: Index, chunk: int = 4096) -> MemberLists:
     """The passage lists: each article in the lists its ``D`` key names, in seq order."""
     lists = MemberLists(UNCAPPED)  # the engine stops adding at --passage-common-docs
-    keys: list[np.ndarray] = []
-    seqs: list[np.ndarray] = []
-    pending = 0
+    pairs: list[tuple[np.ndarray, int]] = []
     for key, value in index.scan(DELETE_PREFIX):
-        anchors = anchors_of(value)
-        keys.append(anchors)
-        seqs.append(np.full(anchors.shape[0], _U64.unpack_from(key, 1)[0], dtype=np.uint32))
-        pending += anchors.shape[0]
-        if pending >= chunk:
-            lists.add_entries(np.concatenate(keys), np.concatenate(seqs))
-            keys, seqs, pending = [], [], 0
-    if keys:
-        lists.add_entries(np.concatenate(keys), np.concatenate(seqs))
+        pairs.append((anchors_of(value), _U64.unpack_from(key, 1)[0]))
+        if len(pairs) == chunk:
+            lists.file(pairs)
+            pairs = []
+    lists.file(pairs)
     return lists
 
 

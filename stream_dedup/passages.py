@@ -150,9 +150,9 @@ def lookup(lists: PostingLists, anchors: np.ndarray, common_docs: int, min_share
     return PassageLookup(anchors, counts, members, shared, usable)
 
 
-def posting_writes(found: PassageLookup, seq: int, common_docs: int, matched: set[int]) -> tuple[np.ndarray, bytes]:
-    """The anchors whose lists the new article ``seq`` joins, and its ``D`` value (those anchors'
-    bytes, :func:`anchor_bytes`).
+def posting_writes(found: PassageLookup, common_docs: int, matched: set[int]) -> tuple[np.ndarray, bytes]:
+    """The anchors whose lists the new article joins, and its ``D`` value (those anchors' bytes,
+    :func:`anchor_bytes`).
 
     Lists that are common are left alone, and so are lists holding one of ``matched`` (the
     articles the new one was verified a duplicate of: their passages are already indexed).
