@@ -36,6 +36,7 @@ DEFAULT_DATA = REPO.parent / "shared" / "data"
 WORD = re.compile(r"(\w+)")
 TAG = re.compile(r"(<[^>]*>)")
 FLAT = 0.8  # every chunk at least this share of the first chunk's rate
+LIST_BYTES = ("band_table_bytes", "passage_lists_bytes", "simhash_table_bytes")  # the in-memory lists of a stats line
 
 
 MARK = "\x00"  # where a round's suffix goes; json.dumps writes it as the escape below
@@ -134,7 +135,7 @@ def print_row(s: dict, first: dict, before: dict | None) -> None:
     print(f"| {s['index_articles']:,} | {rate:,.0f} | {rate / first['chunk_records_per_second']:.0%} | {cpu:.2f} | "
           f"{s['rss_bytes'] / 2**20:,.0f} | {s['index_bytes'] / 2**20:,.0f} | "
           f"{s['index_bytes'] / max(1, s['index_articles']):,.0f} | {s['block_cache_usage_bytes'] / 2**20:,.0f} | "
-          f"{'-' if hit is None else f'{hit:.1%}'} | {(s.get('band_table_bytes', 0) + s.get('passage_lists_bytes', 0)) / 2**20:,.0f} |",
+          f"{'-' if hit is None else f'{hit:.1%}'} | {sum(s.get(k, 0) for k in LIST_BYTES) / 2**20:,.0f} |",
           flush=True)
 
 

@@ -56,10 +56,16 @@ def _warm_up() -> None:
     from .band_table import BandTable
     from .engine import Deduplicator
     from .record import Article
+    from .simhash import PermutedTables
+    from .simhash_table import SimhashTable
     table = BandTable(bands=2, rows=3, cap=2, slots=4, nodes=2)  # growth, rehash, removal: not in the sample run
     keys = table.keys(np.arange(24, dtype=np.uint16).reshape(4, 6))
     table.add(keys, np.arange(4, dtype=np.uint32))
     table.remove(keys[0], 0)
+    tables = PermutedTables()
+    simhash = SimhashTable(tables.key_masks, slots=4)  # growth, rehash, removal
+    simhash.add_many(tables.permute_many(np.arange(3, dtype=np.uint64)), np.arange(3, dtype=np.uint32))
+    simhash.remove(tables.permute_array(1), 1)
     with tempfile.TemporaryDirectory(prefix="stream-dedup-aot-") as tmp:
         dedup = Deduplicator(state_dir=Path(tmp) / "state")
         try:

@@ -7,9 +7,9 @@ answers each from the batch's own writes first, then from the values it has read
 key of the index at most once: :meth:`prefetch` reads the ids and exact hashes of the whole batch
 in one multi-get), then from RocksDB. The index is not written while a batch runs (a single
 writer), so what was read stays true until the batch's own writes replace it. The SimHash tables
-are probed in RocksDB and in an in-memory table of the batch's entries, keyed like the RocksDB one
-by table and key bits; the LSH buckets in the index's :class:`~stream_dedup.band_table.BandTable`
-and in the batch's own bucket lists.
+are probed in the index's :class:`~stream_dedup.simhash_table.SimhashTable` and in a dict of the
+batch's entries, keyed by table and key bits; the LSH buckets in the index's
+:class:`~stream_dedup.band_table.BandTable` and in the batch's own bucket lists.
 
 :meth:`commit` writes everything, the index state and the last checkpoint included, in one atomic
 write (a crash leaves the whole batch applied or none of it), then files the batch's articles in
@@ -73,7 +73,7 @@ class Prepared:
     fp: Fingerprint
     sig: np.ndarray
     buckets: np.ndarray | None = None
-    permuted: list[int] | None = None
+    permuted: np.ndarray | None = None
 
     @classmethod
     def of(cls, fp: Fingerprint, num_perm: int) -> Prepared:
@@ -81,12 +81,12 @@ class Prepared:
             raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {num_perm}")
         return cls(fp, stored_signature(fp.minhash))
 
-    def keys(self, buckets: BandTable, tables: PermutedTables) -> tuple[np.ndarray, list[int]]:
+    def keys(self, buckets: BandTable, tables: PermutedTables) -> tuple[np.ndarray, np.ndarray]:
         """(LSH bucket keys, SimHash permuted for each table); none for an empty text."""
         if self.buckets is None:
             has_shingles = self.fp.n_shingles > 0
             self.buckets = buckets.keys(self.sig) if has_shingles else NO_KEYS
-            self.permuted = tables.permute_all(self.fp.simhash) if has_shingles else []
+            self.permuted = tables.permute_array(self.fp.simhash) if has_shingles else NO_KEYS
         return self.buckets, self.permuted
 
 
@@ -105,9 +105,10 @@ class BatchView:
         self.masks = table_masks
         self.tables: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (table, key bits) -> [(permuted, seq)]
         self.id_keys: dict[str, bytes] = {}
-        self.buckets, self.lists = index.lists()  # loaded or built now if they are not: before this batch's write
+        self.buckets, self.lists, self.simhash = index.lists()  # loaded or built now if not: before this batch's write
         self.filed: list[tuple[np.ndarray, int]] = []  # (bucket keys, seq) of the batch's indexed articles
         self.filed_keys: set[int] = set()  # their bucket keys (most lookups share none of them)
+        self.hashed: list[tuple[np.ndarray, int]] = []  # (permuted SimHash, seq) of the batch's indexed articles
         self.own: BandTable | None = None  # the batch's own bucket members (made when a lookup needs them)
         self.joined: list[tuple[np.ndarray, int]] = []  # (anchors, seq): the passage lists the batch's articles join
         self.own_lists: MemberLists | None = None  # the same, as lists (made when a lookup needs them)
@@ -154,20 +155,19 @@ class BatchView:
         """:meth:`Index.compare` on the records as the batch sees them."""
         return self.index.compare(seqs, minhash, self.get([b"A" + _u64(s) for s in seqs]))
 
-    def lookup(self, bucket_keys: np.ndarray, table_probes: list[tuple[int, int, int]],
-               max_distance: int) -> Lookup:
+    def lookup(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> Lookup:
         """:meth:`Index.lookup` with the batch's bucket members and SimHash table entries."""
         if self.filed and len(bucket_keys) and not self.filed_keys.isdisjoint(bucket_keys.tolist()):
             ends = np.empty(bucket_keys.shape[0], dtype=np.int64)
             members = self.buckets.lookup(bucket_keys, ends)
-            found = self.index.lookup(bucket_keys, table_probes, max_distance, members)
+            found = self.index.lookup(bucket_keys, permuted, max_distance, members)
             self._batch_members(bucket_keys, members, ends, found.lsh)
         else:
-            found = self.index.lookup(bucket_keys, table_probes, max_distance)
-        if self.tables:
-            for table, query, mask in table_probes:
-                for permuted, seq in self.tables.get((table, query & mask), ()):
-                    if (permuted ^ query).bit_count() <= max_distance:
+            found = self.index.lookup(bucket_keys, permuted, max_distance)
+        if self.tables and len(permuted):
+            for table, (query, mask) in enumerate(zip(permuted.tolist(), self.masks, strict=True)):
+                for value, seq in self.tables.get((table, query & mask), ()):
+                    if (value ^ query).bit_count() <= max_distance:
                         found.simhash.add(seq)
         return found
 
@@ -233,8 +233,10 @@ class BatchView:
         self.next_seq, self.count = seq + 1, self.count + 1
         self.id_key(article["article_id"])
         self._put(self.index.article_entries(seq, **article))
-        for table, p in enumerate(article["permuted"] if article["index_sketches"] else ()):
-            self.tables.setdefault((table, p & self.masks[table]), []).append((p, seq))
+        if article["index_sketches"] and len(article["permuted"]):
+            self.hashed.append((article["permuted"], seq))
+            for table, p in enumerate(article["permuted"].tolist()):
+                self.tables.setdefault((table, p & self.masks[table]), []).append((p, seq))
         keys = article["bucket_keys"]
         if article["index_sketches"] and len(keys):
             self.filed.append((keys, seq))
@@ -272,7 +274,11 @@ class BatchView:
         self.batch, self.writes = WriteBatch(raw_mode=True), 0
         self.buckets.file(self.filed)
         self.lists.file(self.joined)
+        if self.hashed:
+            self.simhash.add_many(np.stack([p for p, _ in self.hashed]),
+                                  np.array([seq for _, seq in self.hashed], dtype=np.uint32))
         self.filed, self.own, self.in_own, self.filed_keys = [], None, 0, set()
+        self.hashed, self.tables = [], {}
         self.joined, self.own_lists, self.in_own_lists = [], None, 0
         index.lists_behind = False
 

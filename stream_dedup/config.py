@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from .headline import flag_word_errors
 
 ENV_PREFIX = "STREAM_DEDUP_"
-MAX_SIMHASH_TABLES = 255  # a table number is one byte of the index key
+MAX_SIMHASH_TABLES = 254  # stream_dedup.simhash_table.MAX_TABLES (a table number + 1 is one byte of a slot)
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

@@ -86,7 +86,7 @@ class Deduplicator:
                     "bands": self.lsh.bands, "rows": self.lsh.rows, "simhash_k": c.simhash_k,
                     "simhash_blocks": c.simhash_blocks, "passage_window": c.passage_window}
         self.index = Index(state_dir, c.num_perm, settings, max_bucket=MAX_PER_BUCKET, memory=c.memory,
-                           table_key_bits=min(self.tables.key_bits), banding=(self.lsh.bands, self.lsh.rows))
+                           tables=self.tables, banding=(self.lsh.bands, self.lsh.rows))
         self._last_evict = 0.0
         self.evicted_total = 0
 
@@ -178,7 +178,7 @@ class Deduplicator:
         c = self.config
         fp, sig = prep.fp, prep.sig
         bucket_keys = NO_KEYS
-        permuted: list[int] = []
+        permuted = NO_KEYS
         has_shingles = fp.n_shingles > 0
         passage: passages.PassageLookup | None = None
         matched: set[int] = set()
@@ -193,8 +193,7 @@ class Deduplicator:
         else:
             if has_shingles:
                 bucket_keys, permuted = prep.keys(self.index.buckets, self.tables)
-                probes = list(zip(range(len(permuted)), permuted, self.tables.key_masks, strict=True))
-                lookup = view.lookup(bucket_keys, probes, c.simhash_k)
+                lookup = view.lookup(bucket_keys, permuted, c.simhash_k)
                 found = lookup.simhash | lookup.lsh
                 if len(found) > MAX_VERIFY:  # a flood of near-copies: verify a bounded subset
                     found = set(sorted(lookup.simhash)[:MAX_VERIFY // 2])
@@ -315,7 +314,7 @@ class Deduplicator:
 
     def _delete(self, art: StoredArticle) -> None:
         bucket_keys = self.index.buckets.keys(art.minhash) if art.indexed else NO_KEYS
-        permuted = self.tables.permute_all(art.simhash) if art.indexed else []
+        permuted = self.tables.permute_array(art.simhash) if art.indexed else NO_KEYS
         self.index.delete(art, bucket_keys, permuted)
 
     def _verify(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int],

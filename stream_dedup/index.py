@@ -1,6 +1,6 @@
-"""The persistent index: article records and permuted SimHash tables in RocksDB; LSH buckets and passage lists in memory.
+"""The persistent index: article records in RocksDB; LSH buckets, passage lists and SimHash tables in memory.
 
-One RocksDB (via rocksdict, raw bytes) with six column families. Every integer is big-endian,
+One RocksDB (via rocksdict, raw bytes) with four column families. Every integer is big-endian,
 so byte order is numeric order and a prefix seek is a range scan:
 
 =========  =========================================  ===========================  ====================
@@ -10,27 +10,25 @@ points     ``A`` seq(8)                               article record (below)    
 points     ``I`` mmh3(id)(8) article id (UTF-8)       seq(8)                       idempotency, remove
 points     ``X`` exact hash(16)                       seq(8)                       exact fast path
 points     ``D`` seq(8)                               anchors it added (6 bytes)   remove, evict
-passages   (none since format 9: the lists are in memory)
-simhash    table(1) permuted simhash(8) seq(8)        empty                        permuted tables
 time       first_seen ms(8) seq(8)                    empty                        retention order
 receipts   token (the caller orders it)               offset(8) replayed(1)        delivery receipts
 default    ``M`` name                                 bytes                        state, checkpoints
 =========  =========================================  ===========================  ====================
 
-Why families: the point-lookup keys (every read of the hot path but the SimHash probes) live in a
-hash-indexed memtable (``hash_link_list`` keyed by their first 9 bytes, which the layout makes
-near-unique), where a put or get costs a hash probe instead of ~20
-cache-missing skip-list hops. The SimHash tables use a hash skip list keyed by table + the first
-24 permuted bits (always inside the probe's key blocks: each table keys on >= 25 bits), so a probe
-is a seek within one small sorted bucket. Only the retention order needs a total order, and it
-has a plain skip list to itself. SST files use bloom filters, so absent keys skip disk reads.
+Why families: the point-lookup keys (every read of the hot path) live in a hash-indexed memtable
+(``hash_link_list`` keyed by their first 9 bytes, which the layout makes near-unique), where a put
+or get costs a hash probe instead of ~20 cache-missing skip-list hops. Only the retention order
+and the receipts need a total order, and they have plain skip lists. SST files use bloom filters,
+so absent keys skip disk reads. Formats 9 and older had ``passages`` and ``simhash`` families too:
+opening such an index drops them (their content is now in memory).
 
 ``seq`` is a dense internal number given in arrival order. The LSH buckets are not in RocksDB: they
 are derived from the records' signatures and kept in a :class:`~stream_dedup.band_table.BandTable`
 (at most ``max_bucket`` members each, the newest kept), loaded from the snapshot written by the last
 close or built from the records when the index is first used after opening (:attr:`Index.buckets`,
 :mod:`stream_dedup.memory_lists`) and updated after each write that RocksDB accepted, so a crash
-loses nothing that is not rebuilt from the records. The article record packs first-seen time, SimHash, set size, exact
+loses nothing that is not rebuilt from the records. The permuted SimHash tables are kept the same
+way (:class:`~stream_dedup.simhash_table.SimhashTable`, rebuilt from the records' SimHash). The article record packs first-seen time, SimHash, set size, exact
 hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b-bit minwise hashing,
 see :func:`stored_signature`), the article id and its cluster root id (length-prefixed
 UTF-8), the identity sketch (uint32 BE, length-prefixed), and the decision first returned for it
@@ -56,7 +54,7 @@ from pathlib import Path
 
 import mmh3
 import numpy as np
-from rocksdict import MemtableFactory, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import MemtableFactory, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from . import memory_lists
 from .band_table import BandTable, MemberLists
@@ -75,13 +73,13 @@ from .index_record import (
     stored_signature,
 )
 from .kernels import equal_counts
-from .passages import ANCHOR_BYTES, DELETE_PREFIX, NO_ANCHORS, PASSAGES, anchors_of
+from .passages import DELETE_PREFIX, NO_ANCHORS, PASSAGES, anchors_of
+from .simhash import PermutedTables
+from .simhash_table import SimhashTable
 
 log = logging.getLogger(__name__)
 _U64 = struct.Struct(">Q")
 _STATE = struct.Struct(">QQ")        # next seq, count
-_TABLE_ENTRY = struct.Struct(">BQQ")  # table, permuted simhash, seq
-_TABLE_SEEK = struct.Struct(">BQ")    # table, permuted simhash masked to the table's key
 _MAX_SEQ = 2**32 - 1                  # seqs are never reused (retention included): 4.3 billion articles (uint32 in buckets)
 _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applied at, 1 if its decision was a replay
 # 5: 16-bit signature rows and LSH bucket keys, 4-byte bucket members, records hold the identity
@@ -89,15 +87,16 @@ _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applie
 # 6: passage anchors (posting lists, D deletion lists, anchor count in the record);
 # 7: records hold the content-word bitmap of the rewrite rule (stream_dedup.rewrite);
 # 8: no LSH bucket keys (``B``) in RocksDB: they are kept in memory;
-# 9: no passage lists in RocksDB either (rebuilt from the ``D`` keys). 7 and 8 are converted on opening.
-_SCHEMA = 9
-_CONVERTED = (7, 8)  # older formats converted by dropping what moved to memory
+# 9: no passage lists in RocksDB either (rebuilt from the ``D`` keys);
+# 10: no SimHash tables either (rebuilt from the records). 7, 8 and 9 are converted on opening.
+_SCHEMA = 10
+_CONVERTED = (7, 8, 9)  # older formats converted by dropping what moved to memory
+_LEGACY_FAMILIES = ("simhash", PASSAGES)  # families of formats 9 and older, dropped on opening
 _NO_MEMBERS = np.zeros(0, dtype=np.uint32)
-_POINTS, _SIMHASH, _TIME, _RECEIPTS = "points", "simhash", "time", "receipts"
+_POINTS, _TIME, _RECEIPTS = "points", "time", "receipts"
 DEFAULT = "default"  # the family of the state, checkpoints and settings
 Entry = tuple[str, bytes, bytes]  # a write: (family, key, value)
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
-_MAX_TABLE_PREFIX_BITS = 24  # the simhash memtable hashes table number + up to 24 permuted bits
 _ID_SEED = 0x1D5EED
 
 
@@ -122,61 +121,58 @@ class Index:
     """Key layout and primitive operations; the decision logic lives in :mod:`stream_dedup.engine`."""
 
     def __init__(self, path: str | Path, num_perm: int, settings: dict, max_bucket: int = 256,
-                 memory: int = 2 << 30, durable_writes: bool = True, table_key_bits: int = 24,
+                 memory: int = 2 << 30, durable_writes: bool = True, tables: PermutedTables | None = None,
                  banding: tuple[int, int] = (0, 0)) -> None:
         """``memory``: RocksDB's budget in bytes (block cache, filters and memtables; see
-        :mod:`stream_dedup.index_options`). ``table_key_bits``: the fewest key bits of any SimHash
-        table (probes agree on at least those). ``banding``: the LSH (bands, rows) that the bucket
-        keys are made with (see :class:`~stream_dedup.band_table.BandTable`)."""
+        :mod:`stream_dedup.index_options`). ``tables``: the permuted SimHash tables' layout (by
+        default 3 bits in 5 blocks).
+        ``banding``: the LSH (bands, rows) that the bucket keys are made with (see
+        :class:`~stream_dedup.band_table.BandTable`)."""
         self.path = Path(path)
         self.max_bucket = max_bucket
         self.banding = banding
-        self._buckets: BandTable | None = None
-        self._passage_lists: MemberLists | None = None
+        self.tables = PermutedTables() if tables is None else tables
+        self._lists: memory_lists.Lists | None = None
         self.lists_behind = False  # set while a write is in RocksDB and not yet in the lists
         self.snapshot_on_close = True  # write the lists' snapshot at close (not for a throwaway index)
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
-        # whole bytes of the permuted fingerprint that every probe's key covers
-        self.table_prefix_bits = min(_MAX_TABLE_PREFIX_BITS, table_key_bits) // 8 * 8
         self.budget = budget = MemoryBudget(memory)
         opts = self._opts = budget.db_options()
         families = {
             _POINTS: budget.table_options(_POINT_PREFIX, MemtableFactory.hash_link_list(budget.hash_buckets)),
-            _SIMHASH: budget.table_options(1 + self.table_prefix_bits // 8,
-                                           MemtableFactory.hash_skip_list(budget.hash_buckets, 4, 4)),
             _TIME: budget.table_options(),
             _RECEIPTS: budget.table_options(),  # ordered: a consumer sweeps ranges of them
-            PASSAGES: budget.table_options(ANCHOR_BYTES, MemtableFactory.hash_link_list(budget.hash_buckets)),
         }
-        self.db = Rdict(str(self.path), opts, column_families=families)
+        legacy = [name for name in _LEGACY_FAMILIES if name in _families_of(self.path)]
+        self.db = Rdict(str(self.path), opts, column_families={**families, **{
+            name: budget.table_options() for name in legacy}})
         self._points = self.db.get_column_family(_POINTS)
-        self._tables = self.db.get_column_family(_SIMHASH)
         self._time = self.db.get_column_family(_TIME)
         self._receipts = self.db.get_column_family(_RECEIPTS)
-        self._passages = self.db.get_column_family(PASSAGES)
         self._cf = {name: self.db.get_column_family_handle(name) for name in families}
         if not durable_writes:
             wo = WriteOptions()
             wo.disable_wal = True
             self.db.set_write_options(wo)
-        self._probe_read = ReadOptions()
-        self._probe_read.set_prefix_same_as_start(True)
         self._ordered_read = ReadOptions()
         self._ordered_read.set_total_order_seek(True)
         self._last_id: tuple[str | None, bytes] = (None, b"")
-        self._check_settings(settings)
+        self._check_settings(settings, legacy)
         state = self.db.get(b"Mstate")
         self.next_seq, self.count = (0, 0) if state is None else _STATE.unpack(state)
 
     # -- metadata ---------------------------------------------------------------------------
-    def _check_settings(self, settings: dict) -> None:
+    def _check_settings(self, settings: dict, legacy: list[str]) -> None:
         wanted = json.dumps({"schema": _SCHEMA, **settings}, sort_keys=True).encode()
         stored = self.db.get(b"Msettings")
         if stored is not None and stored != wanted and stored in [
                 json.dumps({"schema": old, **settings}, sort_keys=True).encode() for old in _CONVERTED]:
-            self._points.delete_range(b"B", b"C")  # formats 7, 8 -> 9: the buckets and passage lists move to memory
-            self._passages.delete_range(b"", b"\xff" * (ANCHOR_BYTES + 1))
+            # formats 7-9 -> 10: the buckets, passage lists and SimHash tables move to memory
+            self._points.delete_range(b"B", b"C")
+            for name in legacy:
+                self.db.drop_column_family(name)
+            legacy = []
             stored = None
         if stored is None:
             self.db.put(b"Msettings", wanted)
@@ -197,8 +193,9 @@ class Index:
         hit and miss counts since the index was opened."""
         hits, misses = cache_counts(self._opts.get_statistics())
         return {"memory_budget_bytes": self.budget.memory,
-                "band_table_bytes": self._buckets.nbytes if self._buckets is not None else 0,
-                "passage_lists_bytes": self._passage_lists.nbytes if self._passage_lists is not None else 0,
+                "band_table_bytes": self._lists.buckets.nbytes if self._lists is not None else 0,
+                "passage_lists_bytes": self._lists.passages.nbytes if self._lists is not None else 0,
+                "simhash_table_bytes": self._lists.simhash.nbytes if self._lists is not None else 0,
                 "block_cache_usage_bytes": self.budget.cache.get_usage(),
                 "block_cache_pinned_bytes": self.budget.cache.get_pinned_usage(),
                 "memtable_bytes": self.budget.write_buffers.get_usage(),
@@ -210,23 +207,25 @@ class Index:
 
     @property
     def buckets(self) -> BandTable:
-        """The LSH buckets (loaded or built with the passage lists on first use: :meth:`lists`)."""
-        return self._buckets or self.lists()[0]
+        """The LSH buckets (loaded or built with the other lists on first use: :meth:`lists`)."""
+        return self.lists().buckets
 
     @property
     def passage_lists(self) -> MemberLists:
-        """The passage posting lists (loaded or built with the buckets on first use: :meth:`lists`)."""
-        return self._passage_lists or self.lists()[1]
+        """The passage posting lists (loaded or built with the other lists on first use: :meth:`lists`)."""
+        return self.lists().passages
 
-    def lists(self) -> tuple[BandTable, MemberLists]:
-        """The in-memory LSH buckets and passage lists: from the snapshot of the last close if it is
-        this index's, else built from RocksDB (:mod:`stream_dedup.memory_lists`)."""
-        if self._buckets is None or self._passage_lists is None:
-            loaded = memory_lists.load(self)
-            if loaded is None:
-                loaded = memory_lists.build_buckets(self), memory_lists.build_passage_lists(self)
-            self._buckets, self._passage_lists = loaded
-        return self._buckets, self._passage_lists
+    @property
+    def simhash_table(self) -> SimhashTable:
+        """The permuted SimHash tables (loaded or built with the other lists on first use: :meth:`lists`)."""
+        return self.lists().simhash
+
+    def lists(self) -> memory_lists.Lists:
+        """The in-memory LSH buckets, passage lists and SimHash tables: from the snapshot of the last
+        close if it is this index's, else built from RocksDB (:mod:`stream_dedup.memory_lists`)."""
+        if self._lists is None:
+            self._lists = memory_lists.load(self) or memory_lists.build(self)
+        return self._lists
 
     def scan(self, prefix: bytes):
         """``(key, value)`` of the points family's keys that start with ``prefix``, in key order."""
@@ -242,12 +241,9 @@ class Index:
         del it
 
     def key_counts(self) -> Counter:
-        """Keys per family (``A I X D`` of points, ``S`` simhash, ``T`` time, ``P`` passages (none since format 9),
-        ``M`` metadata); O(n)."""
+        """Keys per family (``A I X D`` of points, ``T`` time, ``M`` metadata); O(n)."""
         counts: Counter = Counter(bytes(k[:1]) for k in self._points.keys(read_opt=self._ordered_read))
-        counts[b"S"] = sum(1 for _ in self._tables.keys(read_opt=self._ordered_read))
         counts[b"T"] = sum(1 for _ in self._time.keys())
-        counts[b"P"] = sum(1 for _ in self._passages.keys(read_opt=self._ordered_read))
         counts[b"M"] = sum(1 for _ in self.db.keys())
         return +counts
 
@@ -315,54 +311,28 @@ class Index:
         """The content-word bitmap of a raw record (see :mod:`stream_dedup.rewrite`)."""
         return _record_words(value, self.num_perm)
 
-    def lookup(self, bucket_keys: np.ndarray, table_probes: list[tuple[int, int, int]],
+    def lookup(self, bucket_keys: np.ndarray, permuted: np.ndarray,
                max_distance: int = 64, members: np.ndarray | None = None) -> Lookup:
         """Members of the LSH buckets ``bucket_keys`` (uint64, :meth:`BandTable.keys`), and every
         SimHash within ``max_distance`` bits. ``members``: the buckets' members if the caller has
         read them.
 
-        ``table_probes`` holds per table ``(table number, permuted query, key mask)``; masks are
-        expected to cover ``table_prefix_bits`` (else the probe takes a slow total-order scan). A probe
-        scans the whole key range (entries agreeing with the query on the masked key bits), with
-        no cap, so no fingerprint within ``max_distance`` of the query is ever missed; entries
-        farther away are dropped during the scan (Hamming distance is the same on permuted values).
+        ``permuted`` is the query's SimHash permuted for each table (uint64[T], :meth:`PermutedTables.permute_array`;
+        empty: no SimHash probe). A probe reads every entry that agrees with the query on the table's
+        key bits, with no cap, so no fingerprint within ``max_distance`` of the query is ever missed;
+        entries farther away are dropped (Hamming distance is the same on permuted values).
         """
+        lists = self.lists()
         if members is None:
-            members = self.buckets.lookup(bucket_keys) if len(bucket_keys) else _NO_MEMBERS
-        lsh = set(members.tolist())
-        return Lookup(lsh, self.probe(table_probes, max_distance))
-
-    def probe(self, table_probes: list[tuple[int, int, int]], max_distance: int = 64) -> set[int]:
-        """The SimHash part of :meth:`lookup`: seqs of the table entries within ``max_distance``."""
-        sim: set[int] = set()
-        if table_probes:
-            prefix_mask = ((1 << self.table_prefix_bits) - 1) << (64 - self.table_prefix_bits)
-            by_prefix = self._tables.iter(self._probe_read)
-            ordered = None
-            seek_key = _TABLE_SEEK.pack
-            for table, query, mask in table_probes:
-                want = query & mask
-                if mask & prefix_mask == prefix_mask:
-                    it = by_prefix
-                else:  # a key shorter than the hashed prefix: a (slower) total-order scan
-                    it = ordered = ordered or self._tables.iter(self._ordered_read)
-                it.seek(seek_key(table, want))
-                while it.valid():
-                    key = it.key()
-                    permuted = _U64.unpack_from(key, 1)[0]
-                    if key[0] != table or permuted & mask != want:
-                        break
-                    if (permuted ^ query).bit_count() <= max_distance:
-                        sim.add(_U64.unpack_from(key, 9)[0])
-                    it.next()
-            del it, by_prefix, ordered
-        return sim
+            members = lists.buckets.lookup(bucket_keys) if len(bucket_keys) else _NO_MEMBERS
+        sim = lists.simhash.probe(permuted, max_distance) if len(permuted) else _NO_MEMBERS
+        return Lookup(set(members.tolist()), set(sim.tolist()))
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
         """Index one article in one atomic write: :meth:`article_entries` (its keyword arguments),
         the index state, and the ``checkpoint`` and ``receipt`` marks (see :meth:`mark`)."""
-        table, lists = self.lists()  # loaded or built before the write: not from this article
+        lists = self.lists()  # loaded or built before the write: not from this article
         seq = self.take_seq()
         entries = self.article_entries(seq, **article)
         entries.append(self.state_entry())
@@ -370,8 +340,9 @@ class Index:
         self.lists_behind = True
         self.write(entries)
         if article["index_sketches"]:
-            table.file([(article["bucket_keys"], seq)])
-        lists.file([(article.get("postings", (NO_ANCHORS, b""))[0], seq)])
+            lists.buckets.file([(article["bucket_keys"], seq)])
+            lists.simhash.add(np.asarray(article["permuted"], dtype=np.uint64), seq)
+        lists.passages.file([(article.get("postings", (NO_ANCHORS, b""))[0], seq)])
         self.lists_behind = False
         return seq
 
@@ -391,13 +362,14 @@ class Index:
 
     def article_entries(self, seq: int, *, article_id: str, first_seen: float, simhash: int, n_shingles: int,
                         exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list,
-                        bucket_keys: np.ndarray, permuted: list[int],
+                        bucket_keys: np.ndarray, permuted: np.ndarray,
                         index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
                         postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b"")) -> list[Entry]:
         """The ``(family, key, value)`` writes that index article ``seq``.
 
-        ``bucket_keys`` are its LSH bucket keys (filed in :attr:`buckets` by the caller once the
-        write is done, not written here); ``permuted`` is its SimHash permuted for each table.
+        ``bucket_keys`` are its LSH bucket keys and ``permuted`` its SimHash permuted for each table
+        (filed in :attr:`buckets` and :attr:`simhash_table` by the caller once the write is done,
+        not written here).
         ``anchors`` is its number of passage anchors, ``postings`` the anchors whose passage lists it
         joins and their ``D`` value (:func:`stream_dedup.passages.posting_writes`): only the ``D`` key
         is written here; the caller files the article in :attr:`passage_lists` once the write is done.
@@ -410,8 +382,6 @@ class Index:
             (_TIME, _u64(int(first_seen * 1000)) + s8, b"")]
         if index_sketches:
             out.append((_POINTS, b"X" + exact, s8))
-            pack = _TABLE_ENTRY.pack
-            out += [(_SIMHASH, pack(table, p, seq), b"") for table, p in enumerate(permuted)]
         if postings[1]:
             out.append((_POINTS, DELETE_PREFIX + s8, postings[1]))
         return out
@@ -468,11 +438,12 @@ class Index:
         """The anchors article ``seq`` added to the passage lists (6 bytes each), if any."""
         return self._points.get(DELETE_PREFIX + _u64(seq))
 
-    def delete(self, art: StoredArticle, bucket_keys: np.ndarray, permuted: list[int],
+    def delete(self, art: StoredArticle, bucket_keys: np.ndarray, permuted: np.ndarray,
                anchors: np.ndarray | None = None) -> None:
-        """Remove every key of ``art`` in one atomic write, then its LSH bucket entries (``bucket_keys``);
-        and its passage list entries (``anchors``: those it added; by default read from its ``D`` key)."""
-        table, lists = self.lists()
+        """Remove every key of ``art`` in one atomic write, then its LSH bucket entries (``bucket_keys``),
+        SimHash table entries (``permuted``) and passage list entries (``anchors``: those it added;
+        by default read from its ``D`` key)."""
+        lists = self.lists()
         if anchors is None:
             anchors = anchors_of(self.passages_added(art.seq))
         points = self._cf[_POINTS]
@@ -486,15 +457,15 @@ class Index:
         if art.indexed:
             if self.exact_match(art.exact) == art.seq:
                 wb.delete(b"X" + art.exact, points)
-            for number, p in enumerate(permuted):
-                wb.delete(_TABLE_ENTRY.pack(number, p, art.seq), self._cf[_SIMHASH])
         self.count -= 1
         wb.put(b"Mstate", _STATE.pack(self.next_seq, self.count))
         self.lists_behind = True
         self.db.write(wb)
         if art.indexed and len(bucket_keys):
-            table.remove(bucket_keys, art.seq)
-        lists.remove(anchors, art.seq)
+            lists.buckets.remove(bucket_keys, art.seq)
+        if art.indexed and len(permuted):
+            lists.simhash.remove(np.asarray(permuted, dtype=np.uint64), art.seq)
+        lists.passages.remove(anchors, art.seq)
         self.lists_behind = False
 
     def oldest(self, before: float, limit: int) -> list[int]:
@@ -520,19 +491,25 @@ class Index:
         return total
 
     def flush(self) -> None:
-        for name in (_POINTS, _SIMHASH, _TIME):
+        for name in (_POINTS, _TIME):
             self.db.get_column_family(name).flush()
         self.db.flush()
 
     def close(self) -> None:
         """Write the in-memory lists' snapshot (:mod:`stream_dedup.memory_lists`), then close the
         database; the family handles are dropped too (they keep it open otherwise)."""
-        if self.snapshot_on_close and not self.lists_behind and self._buckets is not None \
-                and self._passage_lists is not None:
+        if self.snapshot_on_close and not self.lists_behind and self._lists is not None:
             try:
-                memory_lists.save(self, self._buckets, self._passage_lists)
+                memory_lists.save(self, self._lists)
             except OSError as exc:  # the next open builds them again from RocksDB
                 log.warning("could not write the in-memory lists' snapshot in %s: %s", self.path, exc)
         self.db.close()
-        self._points = self._tables = self._time = self._receipts = self._passages = None  # type: ignore[assignment]
+        self._points = self._time = self._receipts = None  # type: ignore[assignment]
         self._cf = {}
+
+
+def _families_of(path: Path) -> list[str]:
+    """The column families of the RocksDB in ``path`` (none if there is none yet)."""
+    if not (path / "CURRENT").exists():
+        return []
+    return Rdict.list_cf(str(path), Options(raw_mode=True))

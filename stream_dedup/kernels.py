@@ -251,6 +251,20 @@ def permute_blocks(fp, src, mask, dst):
 
 
 @kernel
+def permute_rows(fps, src, mask, dst):
+    """uint64[n, T]: :func:`permute_blocks` of each of ``fps`` (uint64[n])."""
+    out = np.zeros((fps.shape[0], src.shape[0]), dtype=np.uint64)
+    for j in range(fps.shape[0]):
+        fp = fps[j]
+        for t in range(src.shape[0]):
+            v = np.uint64(0)
+            for i in range(src.shape[1]):
+                v |= ((fp >> src[t, i]) & mask[t, i]) << dst[t, i]
+            out[j, t] = v
+    return out
+
+
+@kernel
 def equal_counts(rows, query):
     """``out[i]`` = how many ``j`` have ``rows[i * n + j] == query[j]`` (``n = len(query)``): the
     agreeing MinHash rows of each stored signature in the flat array ``rows``."""

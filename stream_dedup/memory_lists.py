@@ -1,10 +1,11 @@
 """The index's in-memory lists: built from RocksDB, or loaded from the snapshot its last close wrote.
 
-The LSH buckets (:class:`~stream_dedup.band_table.BandTable`) and the passage lists
-(:class:`~stream_dedup.band_table.MemberLists`) are derived from what RocksDB keeps: the buckets
-from the 16-bit signature rows of the article records (``A`` keys), the passage lists from the
-anchors each article joined (``D`` keys). Building them reads every such key once: ~13 s per
-million articles (README, Scale). So closing an index also writes them to one file,
+The LSH buckets (:class:`~stream_dedup.band_table.BandTable`), the passage lists
+(:class:`~stream_dedup.band_table.MemberLists`) and the permuted SimHash tables
+(:class:`~stream_dedup.simhash_table.SimhashTable`) are derived from what RocksDB keeps: the buckets
+from the 16-bit signature rows of the article records (``A`` keys), the SimHash tables from their
+SimHash, the passage lists from the anchors each article joined (``D`` keys). Building them reads
+every such key once: ~13 s per million articles (README, Scale). So closing an index also writes them to one file,
 ``memory-lists.npz`` in the index directory, and then stores a random token naming that file in
 RocksDB (``Mlists``). Opening loads the file only if RocksDB holds the same token and the same
 article count, and deletes the token before anything else is written (and the file once read): an index that is written
@@ -19,13 +20,14 @@ import os
 import secrets
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .band_table import UNCAPPED, BandTable, MemberLists
 from .index_record import _RECORD, _SIG_DTYPE, FLAG_INDEXED
 from .passages import DELETE_PREFIX, anchors_of
+from .simhash_table import SimhashTable
 
 if TYPE_CHECKING:
     from .index import Index
@@ -33,32 +35,51 @@ if TYPE_CHECKING:
 SNAPSHOT_FILE = "memory-lists.npz"
 TOKEN_KEY = b"Mlists"
 _U64 = struct.Struct(">Q")
-_ARRAYS = ("slot_keys", "slot_head", "node_seq", "node_next", "meta")
+_LIST_ARRAYS = ("slot_keys", "slot_head", "node_seq", "node_next", "meta")
 
 
-def build_buckets(index: Index, chunk: int = 8192) -> BandTable:
-    """The LSH buckets of every indexed article, from the records, in seq order."""
+class Lists(NamedTuple):
+    """The index's in-memory lists."""
+    buckets: BandTable
+    passages: MemberLists
+    simhash: SimhashTable
+
+
+def build(index: Index) -> Lists:
+    """Every list, from RocksDB."""
+    buckets, simhash = build_sketch_tables(index)
+    return Lists(buckets, build_passage_lists(index), simhash)
+
+
+def build_sketch_tables(index: Index, chunk: int = 8192) -> tuple[BandTable, SimhashTable]:
+    """The LSH buckets and SimHash table entries of every indexed article, from the records, in seq order."""
     table = BandTable(*index.banding, index.max_bucket)
+    simhash = SimhashTable(index.tables.key_masks)
     start, end = _RECORD.size, _RECORD.size + _SIG_DTYPE.itemsize * index.num_perm
     rows: list[bytes] = []
+    fps: list[int] = []
     seqs: list[int] = []
 
     def add() -> None:
         raw = np.frombuffer(b"".join(rows), dtype=_SIG_DTYPE).reshape(len(rows), index.num_perm)
-        table.add(table.keys(raw), np.array(seqs, dtype=np.uint32))
+        numbers = np.array(seqs, dtype=np.uint32)
+        table.add(table.keys(raw), numbers)
+        simhash.add_many(index.tables.permute_many(np.array(fps, dtype=np.uint64)), numbers)
         rows.clear()
+        fps.clear()
         seqs.clear()
 
     for key, value in index.scan(b"A"):
-        _, _, n_shingles, flags, _ = _RECORD.unpack_from(value)
+        _, fp, n_shingles, flags, _ = _RECORD.unpack_from(value)
         if flags & FLAG_INDEXED and n_shingles > 0:
             rows.append(value[start:end])
+            fps.append(fp)
             seqs.append(_U64.unpack_from(key, 1)[0])
             if len(rows) == chunk:
                 add()
     if rows:
         add()
-    return table
+    return table, simhash
 
 
 def build_passage_lists(index: Index, chunk: int = 4096) -> MemberLists:
@@ -79,7 +100,13 @@ def _fingerprint(index: Index) -> np.ndarray:
     return np.array([index.count, index.next_seq, *index.banding, index.max_bucket], dtype=np.int64)
 
 
-def load(index: Index) -> tuple[BandTable, MemberLists] | None:
+def _parts(lists: Lists) -> list[tuple[str, object, tuple[str, ...]]]:
+    """(prefix in the snapshot, table, its arrays) of each list."""
+    return [("buckets_", lists.buckets, _LIST_ARRAYS), ("lists_", lists.passages, _LIST_ARRAYS),
+            ("simhash_", lists.simhash, SimhashTable.ARRAYS)]
+
+
+def load(index: Index) -> Lists | None:
     """The lists of the snapshot the index's last close wrote, if it is that one; the token is
     dropped either way (the index is about to change)."""
     token = index.db.get(TOKEN_KEY)
@@ -91,25 +118,24 @@ def load(index: Index) -> tuple[BandTable, MemberLists] | None:
         with np.load(path, allow_pickle=False) as data:
             if data["token"].tobytes() != token or not np.array_equal(data["index"], _fingerprint(index)):
                 return None
-            buckets = BandTable(*index.banding, index.max_bucket, slots=1, nodes=1)
-            lists = MemberLists(UNCAPPED, slots=1, nodes=1)
-            for prefix, table in (("buckets_", buckets), ("lists_", lists)):
-                for name in _ARRAYS:
+            lists = Lists(BandTable(*index.banding, index.max_bucket, slots=1, nodes=1),
+                          MemberLists(UNCAPPED, slots=1, nodes=1), SimhashTable(index.tables.key_masks, slots=1))
+            for prefix, table, arrays in _parts(lists):
+                for name in arrays:
                     setattr(table, name, data[prefix + name])
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError):  # a snapshot of an older format (no SimHash tables) included
         return None
     finally:
         path.unlink(missing_ok=True)  # read once: the next close writes a new one (no stale copy on disk)
-    return buckets, lists
+    return lists
 
 
-def save(index: Index, buckets: BandTable, lists: MemberLists) -> None:
+def save(index: Index, lists: Lists) -> None:
     """Write the lists next to the index, then the token that makes them valid (see the module doc)."""
     path = Path(index.path) / SNAPSHOT_FILE
     tmp = path.with_suffix(".tmp.npz")
     token = secrets.token_bytes(16)
-    arrays = {f"{prefix}{name}": getattr(table, name) for prefix, table in (("buckets_", buckets), ("lists_", lists))
-              for name in _ARRAYS}
+    arrays = {f"{prefix}{name}": getattr(table, name) for prefix, table, names in _parts(lists) for name in names}
     with open(tmp, "wb") as f:
         np.savez(f, token=np.frombuffer(token, dtype=np.uint8), index=_fingerprint(index), **arrays)
         f.flush()

@@ -24,7 +24,7 @@ from math import comb
 
 import numpy as np
 
-from .kernels import permute_blocks, simhash64
+from .kernels import permute_blocks, permute_rows, simhash64
 
 _SHIFTS = np.arange(64, dtype=np.uint64)
 
@@ -91,8 +91,16 @@ class PermutedTables:
         return out
 
     def permute_all(self, fp: int) -> list[int]:
-        """``[permute(fp, t) for every table t]`` in one compiled call (the hot path)."""
-        return permute_blocks(np.uint64(fp), self._src, self._mask, self._dst).tolist()
+        """``[permute(fp, t) for every table t]`` in one compiled call."""
+        return self.permute_array(fp).tolist()
+
+    def permute_array(self, fp: int) -> np.ndarray:
+        """:meth:`permute_all` as uint64[T] (the hot path)."""
+        return permute_blocks(np.uint64(fp), self._src, self._mask, self._dst)
+
+    def permute_many(self, fps: np.ndarray) -> np.ndarray:
+        """uint64[n, T]: :meth:`permute_array` of each of ``fps`` (uint64[n])."""
+        return permute_rows(fps, self._src, self._mask, self._dst)
 
     def unpermute(self, permuted: int, table: int) -> int:
         out = 0

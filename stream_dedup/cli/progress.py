@@ -63,8 +63,8 @@ class StatsLines:
 
     Fields: ``lines`` and ``seconds`` so far, ``chunk_records_per_second`` over the last chunk,
     ``cpu_seconds`` of the process since the clock started (RocksDB's compaction threads included), ``rss_bytes``, ``index_articles``, ``index_bytes`` (on disk), ``memory_budget_bytes``,
-    ``block_cache_usage_bytes``, ``band_table_bytes`` and ``passage_lists_bytes`` (the LSH buckets and
-    passage lists in memory) and ``block_cache_hit_rate``
+    ``block_cache_usage_bytes``, ``band_table_bytes``, ``passage_lists_bytes`` and ``simhash_table_bytes``
+    (the LSH buckets, passage lists and SimHash tables in memory) and ``block_cache_hit_rate``
     over the chunk.
     """
 
@@ -86,6 +86,7 @@ class StatsLines:
                 "memory_budget_bytes": mem["memory_budget_bytes"],
                 "block_cache_usage_bytes": mem["block_cache_usage_bytes"],
                 "band_table_bytes": mem["band_table_bytes"], "passage_lists_bytes": mem["passage_lists_bytes"],
+                "simhash_table_bytes": mem["simhash_table_bytes"],
                 "block_cache_hit_rate": round(dh / (dh + dm), 4) if dh + dm else None}
         print(json.dumps(line), file=sys.stderr, flush=True)
         self.last = (time.perf_counter(), summary.lines, mem["block_cache_hits"], mem["block_cache_misses"])

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rocksdict import Options, Rdict
 
 from stream_dedup import memory_lists
-from stream_dedup.index import Index
+from stream_dedup.index import Index, Lookup
 from stream_dedup.index_record import stored_signature
 
 SETTINGS = {"num_perm": 8, "seed": 1, "purpose": "index-test"}
@@ -46,7 +47,7 @@ def add(index: Index, n: int, *, sig: np.ndarray | None = None, bucketed: bool =
     return index.insert(article_id=article_id or f"a{n}", first_seen=first_seen, simhash=simhash, n_shingles=n + 1,
                         exact=exact or n.to_bytes(16, "big"), minhash=sig,
                         root_id=f"root{n}", decision=decision or {"n": n}, bucket_keys=band_keys,
-                        permuted=list(permuted), index_sketches=indexed, checkpoint=checkpoint, receipt=receipt)
+                        permuted=np.array(list(permuted), dtype=np.uint64), index_sketches=indexed, checkpoint=checkpoint, receipt=receipt)
 
 
 def key_families(index: Index) -> Counter:
@@ -91,7 +92,7 @@ def test_unindexed_records_have_no_sketch_keys(tmp_path: Path) -> None:
     assert idx.exact_match((0).to_bytes(16, "big")) is None
     assert idx.lookup(keys(idx, signature(0)), [], 256).lsh == set() and idx.buckets.members == 0
     fam = key_families(idx)
-    assert fam[b"X"] == 0 and fam[b"S"] == 0
+    assert fam[b"X"] == 0 and idx.simhash_table.entries == 0
     assert fam[b"A"] == 1 and fam[b"I"] == 1 and fam[b"T"] == 1
     assert idx.article(seq).indexed is False
     idx.close()
@@ -111,22 +112,26 @@ def test_lsh_buckets_collect_members_and_keep_the_newest(tmp_path: Path) -> None
     idx.close()
 
 
-def test_simhash_probe_is_a_masked_range_scan(tmp_path: Path) -> None:
+def test_simhash_probe_reads_the_entries_sharing_the_key_bits_within_the_distance(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
-    mask = 0xFFFF << 48
-    values = {0: 0x1234_0000_0000_0001, 1: 0x1234_FFFF_FFFF_FFFF, 2: 0x1235_0000_0000_0000, 3: 0x1233_FFFF_FFFF_FFFF}
+    low = (1 << (64 - idx.tables.key_bits[0])) - 1  # the bits outside table 0's key
+    base = 0x1234_5678_9ABC_DEF0 & ~low
+    values = {0: base | 1, 1: base | low, 2: base ^ (1 << 63), 3: base}
     for n, v in values.items():
         add(idx, n, permuted=[v, v ^ (2**64 - 1)])  # tables 0 and 1
-    query = 0x1234_5555_0000_0000
-    probe = (0, query, mask)  # a 16-bit key: shorter than the hashed prefix, a total-order scan
-    assert idx.lookup([], [probe], 256).simhash == {0, 1}
-    # only entries within max_distance bits: value 0 is 9 bits from the query, value 1 is 40
-    assert idx.lookup([], [probe], 9).simhash == {0}
-    assert idx.lookup([], [probe], 8).simhash == set()
-    # table 1 holds other values: the same query finds nothing there
-    assert idx.lookup([], [(1, query, mask)], 256).simhash == set()
-    # the last table (prefix ends the key space) and an empty mask (matches the whole table)
-    assert idx.lookup([], [(1, 0, 0)], 256).simhash == {0, 1, 2, 3}
+    query = base | 0b110  # 3 bits from value 0, 2 from value 3, (key bits - 2) from value 1; value 2: another key
+
+    def probe(*permuted: int, distance: int = 64) -> set[int]:
+        return idx.lookup([], np.array(permuted, dtype=np.uint64), distance).simhash
+
+    assert probe(query) == {0, 1, 3}
+    assert probe(query, distance=3) == {0, 3}
+    assert probe(query, distance=2) == {3}
+    assert probe(query, distance=1) == set()
+    # table 1 holds the complements: the query's key is not there; value 2's key in table 0 is
+    assert probe(query ^ (1 << 63), query) == {2}
+    assert probe(base ^ (2**64 - 1), distance=0) == set()  # a value of table 1 is not found in table 0
+    assert probe(0, base ^ (2**64 - 1), distance=0) == {3}
     idx.close()
 
 
@@ -138,11 +143,12 @@ def test_delete_removes_every_key_of_the_article(tmp_path: Path) -> None:
     art = idx.article(0)
     idx.delete(art, keys(idx, art.minhash), [10])
     after = key_families(idx)
-    assert before - after == Counter({b"A": 1, b"I": 1, b"T": 1, b"X": 1, b"S": 1})
+    assert before - after == Counter({b"A": 1, b"I": 1, b"T": 1, b"X": 1})
+    assert idx.simhash_table.as_set() == {(0, 11, 1)}
     assert idx.count == 1
     assert idx.seq_of("a0") is None and idx.article(0) is None and idx.exact_match((0).to_bytes(16, "big")) is None
     shared, own = keys(idx, signature(0, band0=7))
-    found = idx.lookup(np.array([shared, own], dtype=np.uint64), [(0, 0, 0)], 256)
+    found = idx.lookup(np.array([shared, own], dtype=np.uint64), np.array([11], dtype=np.uint64), 256)
     assert found.lsh == {1} and found.simhash == {1}
     assert idx.buckets.lookup(np.array([own], dtype=np.uint64)).size == 0 and idx.buckets.members == 2
     assert idx.oldest(100.0, 10) == [1]
@@ -154,7 +160,7 @@ def test_delete_keeps_keys_now_owned_by_another_article(tmp_path: Path) -> None:
     add(idx, 0, article_id="same", exact=b"E" * 16)
     old = idx.article(0)
     add(idx, 1, article_id="same", exact=b"E" * 16)  # id and exact hash now point to seq 1
-    idx.delete(old, np.zeros(0, dtype=np.uint64), [])
+    idx.delete(old, np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
     assert idx.seq_of("same") == 1 and idx.exact_match(b"E" * 16) == 1
     idx.close()
 
@@ -229,33 +235,37 @@ def test_an_index_in_the_old_format_is_refused_in_one_line(tmp_path: Path) -> No
     stored = json.loads(idx.db.get(b"Msettings"))
     idx.db.put(b"Msettings", json.dumps({**stored, "schema": 6}, sort_keys=True).encode())  # as format 6 wrote it
     idx.close()
-    with pytest.raises(ValueError, match=r"is in format 6 .*reads format 9 \(16-bit signatures\).*Rebuild") as err:
+    with pytest.raises(ValueError, match=r"is in format 6 .*reads format 10 \(16-bit signatures\).*Rebuild") as err:
         open_index(tmp_path)
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("old", [7, 8])
-def test_an_index_of_format_7_or_8_drops_what_moved_to_memory_and_opens(tmp_path: Path, old: int) -> None:
+@pytest.mark.parametrize("old", [7, 8, 9])
+def test_an_index_of_format_7_to_9_drops_what_moved_to_memory_and_opens(tmp_path: Path, old: int) -> None:
     idx = open_index(tmp_path)
-    add(idx, 0, sig=signature(0, band0=7), bucketed=True)
+    fp = idx.tables.permute_array(0xABCD_0123_4567_89EF)
+    add(idx, 0, sig=signature(0, band0=7), bucketed=True, permuted=fp.tolist(), simhash=0xABCD_0123_4567_89EF)
     stored = json.loads(idx.db.get(b"Msettings"))
     idx.db.put(b"Msettings", json.dumps({**stored, "schema": old}, sort_keys=True).encode())
     if old == 7:
         idx._points.put(b"B\x00\x00" + bytes(6), (0).to_bytes(4, "big"))  # a bucket as format 7 kept it
-    idx._passages.put(bytes(6), (0).to_bytes(4, "big"))  # a passage list as formats 6-8 kept it
+    for family in ("passages", "simhash"):  # a passage list as formats 6-8 kept it, a SimHash entry as 5-9 did
+        idx.db.create_column_family(family, Options(raw_mode=True)).put(bytes(17), b"")
     idx.close()
+    assert {"passages", "simhash"} <= set(Rdict.list_cf(str(tmp_path), Options(raw_mode=True)))
     idx = open_index(tmp_path)
-    counts = key_families(idx)
-    assert counts[b"B"] == 0 and counts[b"P"] == 0 and json.loads(idx.db.get(b"Msettings"))["schema"] == 9
-    assert idx.lookup(keys(idx, signature(0, band0=7))[:1], [], 256).lsh == {0}
+    assert key_families(idx)[b"B"] == 0 and json.loads(idx.db.get(b"Msettings"))["schema"] == 10
+    assert idx.lookup(keys(idx, signature(0, band0=7))[:1], fp, 0) == Lookup({0}, {0})  # rebuilt from the record
     idx.close()
+    assert not {"passages", "simhash"} & set(Rdict.list_cf(str(tmp_path), Options(raw_mode=True)))
+    assert open_index(tmp_path).count == 1
 
 
 def test_seqs_beyond_what_a_bucket_can_name_are_refused(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
     idx.next_seq = 2**32 - 1
     assert add(idx, 0, bucketed=True) == 2**32 - 1   # the last one a bucket can hold
-    assert idx.lookup(keys(idx, signature(0)), [], 256).lsh == {2**32 - 1}
+    assert idx.lookup(keys(idx, signature(0)), np.zeros(0, dtype=np.uint64), 256).lsh == {2**32 - 1}
     with pytest.raises(OverflowError, match="rebuild it"):
         add(idx, 1)
     idx.close()

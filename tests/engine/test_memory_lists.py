@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from stream_dedup import memory_lists
@@ -23,8 +24,8 @@ def articles(shared_stream):
     return [article_from_object(obj, EngineConfig()) for obj in shared_stream(600)[0]]
 
 
-def _state(dedup: Deduplicator) -> tuple[dict, dict]:
-    return dedup.index.buckets.as_dict(), dedup.index.passage_lists.as_dict()
+def _state(dedup: Deduplicator) -> tuple[dict, dict, set]:
+    return dedup.index.buckets.as_dict(), dedup.index.passage_lists.as_dict(), dedup.index.simhash_table.as_set()
 
 
 @pytest.mark.shared_data
@@ -79,3 +80,19 @@ def test_a_snapshot_of_another_index_state_is_not_used(tmp_path: Path, textgen) 
     with Deduplicator(EngineConfig(), tmp_path) as d:
         assert d.index.db.get(memory_lists.TOKEN_KEY) is None and len(d) == 4
         assert d.process(Article(id="a4", text=texts[0]), now=NOW).duplicate_of == "a0"
+
+
+def test_a_snapshot_without_simhash_tables_is_not_used(tmp_path: Path, textgen) -> None:
+    """Index format 9 wrote the buckets and passage lists only: its SimHash tables are built from the records."""
+    from stream_dedup.record import Article
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        for i in range(3):
+            d.process(Article(id=f"a{i}", text=textgen.text(textgen.words(i, 300))), now=NOW)
+        expected = _state(d)
+    path = tmp_path / memory_lists.SNAPSHOT_FILE
+    with np.load(path) as data:
+        older = {name: data[name] for name in data.files if not name.startswith("simhash_")}
+    np.savez(path, **older)
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        assert memory_lists.load(d.index) is None
+        assert _state(d) == expected and d.index.simhash_table.entries == 3 * len(d.tables)

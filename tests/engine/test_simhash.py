@@ -128,15 +128,15 @@ def test_pigeonhole_some_table_key_agrees(layout: tuple[int, int], a: int, data:
                                                              strict=True))
 
 
-# ------------------------------------------------- every fingerprint within k bits, via RocksDB
+# ------------------------------------------------- every fingerprint within k bits, via the index
 class SimHashStore:
-    """Random fingerprints in a real :class:`Index`, written and probed exactly as the engine does."""
+    """Random fingerprints in a real :class:`Index` (its in-memory tables), written and probed exactly as the engine does."""
 
     def __init__(self, path: Path, k: int, blocks: int) -> None:
         self.k = k
         self.tables = PermutedTables(k, blocks)
         self.index = Index(path, num_perm=8, settings={"test": "simhash", "k": k, "blocks": blocks},
-                           table_key_bits=min(self.tables.key_bits))
+                           tables=self.tables)
         self.fps: dict[int, int] = {}
 
     def add(self, fp: int) -> int:
@@ -144,7 +144,7 @@ class SimHashStore:
         seq = self.index.insert(
             article_id=f"a{n}", first_seen=0.0, simhash=fp, n_shingles=10, exact=n.to_bytes(16, "big"),
             minhash=np.zeros(8, np.uint32), root_id=f"a{n}", decision={}, bucket_keys=np.zeros(0, np.uint64),
-            permuted=self.tables.permute_all(fp),
+            permuted=self.tables.permute_array(fp),
             index_sketches=True, checkpoint=None)
         self.fps[seq] = fp
         return seq
@@ -154,10 +154,7 @@ class SimHashStore:
         self.values = np.array(list(self.fps.values()), dtype=np.uint64)
 
     def found(self, query: int) -> set[int]:
-        t = self.tables
-        permuted = t.permute_all(query)
-        probes = [(i, p, t.key_masks[i]) for i, p in enumerate(permuted)]
-        hits = self.index.lookup([], probes, MAX_PER_BUCKET).simhash
+        hits = self.index.lookup([], self.tables.permute_array(query), MAX_PER_BUCKET).simhash
         assert hits <= self.fps.keys()
         return {s for s in hits if hamming(self.fps[s], query) <= self.k}
 

@@ -1,0 +1,73 @@
+"""stream_dedup.simhash_table: the permuted SimHash tables in memory, against a brute-force model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stream_dedup.simhash import PermutedTables
+from stream_dedup.simhash_table import REMOVED, SimhashTable
+
+
+def brute_force(model: dict[int, int], tables: PermutedTables, query: int, k: int) -> list[int]:
+    """Each seq once per table where it shares the key bits with the query, if within ``k`` bits."""
+    out = []
+    for t, mask in enumerate(tables.key_masks):
+        q = tables.permute(query, t)
+        out += [seq for seq, fp in model.items()
+                if tables.permute(fp, t) & mask == q & mask and (fp ^ query).bit_count() <= k]
+    return sorted(out)
+
+
+def near(rng: np.random.Generator, fp: int, bits: int) -> int:
+    for bit in rng.choice(64, size=bits, replace=False):
+        fp ^= 1 << int(bit)
+    return fp
+
+
+@pytest.mark.parametrize("k,blocks", [(3, 5), (2, 4)])
+def test_probe_equals_brute_force_through_growth_removal_and_rehash(k: int, blocks: int) -> None:
+    rng = np.random.default_rng(k * 10 + blocks)
+    tables = PermutedTables(k, blocks)
+    table = SimhashTable(tables.key_masks, slots=8)  # grows many times
+    model: dict[int, int] = {}
+    stories = [int(x) * 2 + 1 for x in rng.integers(0, 2**62, size=20)]
+    for seq in range(3000):
+        fp = near(rng, stories[seq % 20], int(rng.integers(0, 6))) if seq % 3 else int(rng.integers(0, 2**63)) << 1
+        table.add(tables.permute_array(fp), seq)
+        model[seq] = fp
+        if seq % 4 == 3:  # remove an older one (a slot becomes REMOVED; the run behind it stays reachable)
+            gone = int(rng.choice(list(model)))
+            table.remove(tables.permute_array(model.pop(gone)), gone)
+        if seq % 97 == 0:
+            for query in (stories[seq % 20], near(rng, stories[(seq + 1) % 20], 3), fp):
+                assert sorted(table.probe(tables.permute_array(query), k).tolist()) == \
+                    brute_force(model, tables, query, k)
+    assert table.entries == len(model) * len(tables)
+    assert table.as_set() == {(t, tables.permute(fp, t), seq) for seq, fp in model.items() for t in range(len(tables))}
+    for query in stories:
+        assert sorted(table.probe(tables.permute_array(query), k).tolist()) == brute_force(model, tables, query, k)
+
+
+def test_removed_slots_are_reused_and_dropped_by_a_rehash() -> None:
+    tables = PermutedTables()
+    table = SimhashTable(tables.key_masks, slots=128)
+    fps = tables.permute_many(np.arange(1, 5, dtype=np.uint64) * 0x0123_4567_89AB_CDEF)
+    table.add_many(fps, np.arange(4, dtype=np.uint32))
+    size = table.fps.shape[0]
+    table.remove(fps[0], 0)
+    table.remove(fps[0], 0)  # absent now: ignored
+    assert table.entries == 30 and (table.tags == REMOVED).sum() == 10
+    table.add(fps[0], 7)  # reuses removed slots: the table does not grow
+    assert table.fps.shape[0] == size and table.entries == 40
+    assert sorted(table.probe(fps[0], 0).tolist()) == [7] * 10
+    for seq in range(1, 4):
+        table.remove(fps[seq], seq)
+    table.reserve(60)  # 40 used + 60 > 70 % of 128: rehashed, the removed slots gone
+    assert (table.tags == REMOVED).sum() == 0 and table.entries == 10
+    assert table.as_set() == {(t, int(fps[0, t]), 7) for t in range(10)}
+
+
+def test_the_tables_hold_at_most_254_tables() -> None:
+    with pytest.raises(ValueError, match="254"):
+        SimhashTable([0] * 255)
