@@ -31,8 +31,9 @@ loses nothing that is not rebuilt from the records. The permuted SimHash tables 
 way (:class:`~stream_dedup.simhash_table.SimhashTable`, rebuilt from the records' SimHash). The article record packs first-seen time, SimHash, set size, exact
 hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b-bit minwise hashing,
 see :func:`stored_signature`), the article id and its cluster root id (length-prefixed
-UTF-8), the identity sketch (uint32 BE, length-prefixed), and the decision first returned for it
-as JSON (the engine stores a compact list, replayed when the id comes again).
+UTF-8; length 0 when the article is its own root), the identity sketch (uint32 BE,
+length-prefixed), and the decision first returned for it, replayed when the id comes again
+(:mod:`stream_dedup.stored_decision`: a few bytes; JSON in records of format 9 and older, still read).
 
 The posting lists of :mod:`stream_dedup.passages` (anchor -> the articles holding it) are in memory
 too (:attr:`Index.passage_lists`), rebuilt from the ``D`` keys (the anchors each article added) when
@@ -88,7 +89,8 @@ _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applie
 # 7: records hold the content-word bitmap of the rewrite rule (stream_dedup.rewrite);
 # 8: no LSH bucket keys (``B``) in RocksDB: they are kept in memory;
 # 9: no passage lists in RocksDB either (rebuilt from the ``D`` keys);
-# 10: no SimHash tables either (rebuilt from the records). 7, 8 and 9 are converted on opening.
+# 10: no SimHash tables either (rebuilt from the records); records store the decision compactly and
+# no root id for a new article (both still read the old way). 7, 8 and 9 are converted on opening.
 _SCHEMA = 10
 _CONVERTED = (7, 8, 9)  # older formats converted by dropping what moved to memory
 _LEGACY_FAMILIES = ("simhash", PASSAGES)  # families of formats 9 and older, dropped on opening

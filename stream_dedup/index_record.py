@@ -3,11 +3,15 @@
 A record packs, big-endian: first-seen time (f64), SimHash (u64), set size (u32), flags (u8), the
 exact hash (16 bytes), the MinHash signature as the index keeps it (the low ``SIGNATURE_BITS`` = 16
 bits of each row, :func:`stored_signature`), the UTF-8 lengths of the article id and its cluster
-root id, the length of the identity sketch and the number of passage anchors of the article
-(:mod:`stream_dedup.passages`, capped at 65,535) (u16 each), the length of the content-word bitmap
-(u8), both ids, the identity sketch (uint32 BE, :mod:`stream_dedup.identity`), the content-word
-bitmap (:mod:`stream_dedup.rewrite`: 64 bytes, none for exact duplicates and empty texts), and the
-decision first returned for the article as JSON.
+root id (0 if the root is the article itself: ids are never empty), the length of the identity
+sketch and the number of passage anchors of the article (:mod:`stream_dedup.passages`, capped at
+65,535) (u16 each), the length of the content-word bitmap (u8), both ids (the root only if it
+differs), the identity sketch (uint32 BE, :mod:`stream_dedup.identity`), the content-word bitmap
+(:mod:`stream_dedup.rewrite`: 64 bytes, none for exact duplicates and empty texts), and the decision
+first returned for the article (:mod:`stream_dedup.stored_decision`: a few bytes, else JSON).
+
+Records of older versions (an explicit root id equal to the article id, the decision as JSON) read
+the same.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import orjson
+
+from . import stored_decision
 
 __all__ = ["FLAG_INDEXED", "NO_IDENTITY", "SIGNATURE_BITS", "StoredArticle", "stored_signature"]
 
@@ -38,12 +44,12 @@ class StoredArticle:
     exact: bytes
     indexed: bool
     minhash: np.ndarray
-    decision_json: bytes
+    decision_json: bytes  # the stored decision: compact (stored_decision) or JSON (older records, dicts)
 
     @property
     def decision(self) -> dict | list:
         """The decision first returned for this article (parsed on demand: only replays need it)."""
-        return orjson.loads(self.decision_json)
+        return stored_decision.decode(self.decision_json, self.article_id, self.root_id)
 
 
 NO_IDENTITY = np.zeros(0, dtype=np.uint32)
@@ -53,21 +59,29 @@ def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool
                  minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list,
                  identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"") -> bytes:
     aid = article_id.encode("utf-8", "surrogatepass")
-    rid = root_id.encode("utf-8", "surrogatepass")
+    if root_id == article_id:
+        rid = b""  # length 0: the article is its own root (a new article)
+    else:
+        rid = root_id.encode("utf-8", "surrogatepass")
+        if not rid:
+            raise ValueError(f"article {article_id!r}: an empty cluster root id cannot be stored")
+    stored = stored_decision.encode(decision, article_id, root_id) if type(decision) is list else orjson.dumps(decision)
     return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
                      stored_signature(minhash).tobytes(),
                      _LENGTHS.pack(len(aid), len(rid), identity.shape[0], min(anchors, 0xFFFF), len(words)), aid, rid,
-                     identity.astype(">u4", copy=False).tobytes(), words, orjson.dumps(decision)))
+                     identity.astype(">u4", copy=False).tobytes(), words, stored))
 
 
 def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
-    """(article id, cluster root id, offset of the decision JSON) of a packed record."""
+    """(article id, cluster root id, offset of the stored decision) of a packed record."""
     pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
     id_len, root_len, k, _, w = _LENGTHS.unpack_from(value, pos)
     pos += _LENGTHS.size
     end = pos + id_len + root_len
-    return (value[pos:pos + id_len].decode("utf-8", "surrogatepass"),
-            value[pos + id_len:end].decode("utf-8", "surrogatepass"), end + 4 * k + w)
+    article_id = value[pos:pos + id_len].decode("utf-8", "surrogatepass")
+    # root length 0: the article is its own root (older records spell the id out again)
+    root_id = value[pos + id_len:end].decode("utf-8", "surrogatepass") if root_len else article_id
+    return article_id, root_id, end + 4 * k + w
 
 
 def _record_identity(value: bytes, num_perm: int) -> np.ndarray:
