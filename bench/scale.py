@@ -12,8 +12,9 @@
 3. Prints one row per chunk: records/s over the chunk, CPU time per record (the process's, RocksDB
    compaction threads included: unlike the rate, it does not depend on what else runs), RSS, index bytes on disk per article,
    block cache use and hit rate, the memory of the LSH buckets and passage lists; then whether every chunk's rate stayed within 20 % of the
-   first's, and how long the whole command takes for one more record on the full index: with its
-   in-memory lists loaded from the snapshot its close wrote, and built again from RocksDB.
+   first's, the bytes per article of the closed index, and how long the whole command takes for one
+   more record on the full index: with its in-memory lists loaded from the snapshot its close wrote,
+   and built again from RocksDB.
 
 Run anything longer than ~30 s under the shared lock: ``flock /work/bench.lock python bench/scale.py``.
 """
@@ -139,6 +140,11 @@ def print_row(s: dict, first: dict, before: dict | None) -> None:
           flush=True)
 
 
+def index_bytes(state: Path) -> int:
+    """Bytes of every file in the index directory."""
+    return sum(f.stat().st_size for f in state.iterdir() if f.is_file())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--articles", type=int, default=1_000_000)
@@ -159,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         state = args.keep_state or Path(tmp) / "state"
         stats, summary = run(args.stream, args.articles, args.chunk, args.memory, state, args.extra)
         snapshot_bytes = (state / SNAPSHOT_FILE).stat().st_size if (state / SNAPSHOT_FILE).exists() else 0
+        at_rest = index_bytes(state) - snapshot_bytes
         reopen = reopen_seconds(state, args.memory, args.extra)        # the lists loaded from the snapshot
         (state / SNAPSHOT_FILE).unlink(missing_ok=True)
         rebuild = reopen_seconds(state, args.memory, args.extra)       # the lists built from RocksDB
@@ -180,12 +187,16 @@ def main(argv: list[str] | None = None) -> int:
           f"{reopen:.2f} s with the in-memory lists loaded from the snapshot of its close "
           f"({snapshot_bytes / 2**20:,.0f} MB), {rebuild:.2f} s built again from RocksDB; {fresh:.2f} s on an "
           f"empty index")
+    articles = stats[-1]["index_articles"]
+    print(f"index on disk after its close: {at_rest / 2**20:,.0f} MB = {at_rest / max(1, articles):,.0f} bytes per "
+          f"article (every file of the index directory but the lists' snapshot; during the run the write-ahead "
+          f"log, memtables not yet flushed and the inputs of running compactions add to it: the table's column)")
     print(summary.strip())
     if args.json:
         args.json.write_text(json.dumps({"articles": args.articles, "memory": args.memory, "stats": stats,
                                          "flat": met, "cpu_flat": cpu_met, "reopen_seconds": reopen,
                                          "rebuild_seconds": rebuild, "snapshot_bytes": snapshot_bytes,
-                                         "fresh_seconds": fresh}, indent=1) + "\n")
+                                         "fresh_seconds": fresh, "closed_index_bytes": at_rest}, indent=1) + "\n")
     return 0
 
 

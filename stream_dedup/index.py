@@ -7,8 +7,8 @@ so byte order is numeric order and a prefix seek is a range scan:
 family     key                                        value                        what for
 =========  =========================================  ===========================  ====================
 points     ``A`` seq(8)                               article record (below)       verify, replay
-points     ``I`` mmh3(id)(8) article id (UTF-8)       seq(8)                       idempotency, remove
-points     ``X`` exact hash(16)                       seq(8)                       exact fast path
+points     ``I`` mmh3(id)(8) article id (UTF-8)       seq(4; 8 before format 10)   idempotency, remove
+points     ``X`` exact hash(16)                       seq(4; 8 before format 10)   exact fast path
 points     ``D`` seq(8)                               anchors it added (6 bytes)   remove, evict
 time       first_seen ms(8) seq(8)                    empty                        retention order
 receipts   token (the caller orders it)               offset(8) replayed(1)        delivery receipts
@@ -90,7 +90,7 @@ _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applie
 # 8: no LSH bucket keys (``B``) in RocksDB: they are kept in memory;
 # 9: no passage lists in RocksDB either (rebuilt from the ``D`` keys);
 # 10: no SimHash tables either (rebuilt from the records); records store the decision compactly and
-# no root id for a new article (both still read the old way). 7, 8 and 9 are converted on opening.
+# no root id for a new article, ``I`` and ``X`` values are 4-byte seqs (all still read the old way). 7, 8 and 9 are converted on opening.
 _SCHEMA = 10
 _CONVERTED = (7, 8, 9)  # older formats converted by dropping what moved to memory
 _LEGACY_FAMILIES = ("simhash", PASSAGES)  # families of formats 9 and older, dropped on opening
@@ -258,11 +258,11 @@ class Index:
 
     def seq_of(self, article_id: str) -> int | None:
         v = self._points.get(self._cached_id_key(article_id))
-        return None if v is None else _U64.unpack(v)[0]
+        return None if v is None else int.from_bytes(v, "big")  # 4 bytes, or 8 before format 10
 
     def exact_match(self, exact: bytes) -> int | None:
         v = self._points.get(b"X" + exact)
-        return None if v is None else _U64.unpack(v)[0]
+        return None if v is None else int.from_bytes(v, "big")
 
     def article(self, seq: int) -> StoredArticle | None:
         v = self._points.get(b"A" + _u64(seq))
@@ -376,14 +376,14 @@ class Index:
         joins and their ``D`` value (:func:`stream_dedup.passages.posting_writes`): only the ``D`` key
         is written here; the caller files the article in :attr:`passage_lists` once the write is done.
         """
-        s8 = _u64(seq)
+        s8, s4 = _u64(seq), seq.to_bytes(4, "big")  # seqs fit 4 bytes (check_seq)
         out: list[Entry] = [
             (_POINTS, b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
                                               article_id, root_id, decision, identity, anchors, words)),
-            (_POINTS, self._cached_id_key(article_id), s8),
+            (_POINTS, self._cached_id_key(article_id), s4),
             (_TIME, _u64(int(first_seen * 1000)) + s8, b"")]
         if index_sketches:
-            out.append((_POINTS, b"X" + exact, s8))
+            out.append((_POINTS, b"X" + exact, s4))
         if postings[1]:
             out.append((_POINTS, DELETE_PREFIX + s8, postings[1]))
         return out
