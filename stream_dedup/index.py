@@ -28,7 +28,9 @@ are derived from the records' signatures and kept in a :class:`~stream_dedup.ban
 close or built from the records when the index is first used after opening (:attr:`Index.buckets`,
 :mod:`stream_dedup.memory_lists`) and updated after each write that RocksDB accepted, so a crash
 loses nothing that is not rebuilt from the records. The permuted SimHash tables are kept the same
-way (:class:`~stream_dedup.simhash_table.SimhashTable`, rebuilt from the records' SimHash). The article record packs first-seen time, SimHash, set size, exact
+way (:class:`~stream_dedup.simhash_table.SimhashTable`, rebuilt from the records' SimHash).
+
+The article record packs first-seen time, SimHash, set size, exact
 hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b-bit minwise hashing,
 see :func:`stored_signature`), the article id and its cluster root id (length-prefixed
 UTF-8; length 0 when the article is its own root), the identity sketch (uint32 BE,
@@ -90,7 +92,8 @@ _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applie
 # 8: no LSH bucket keys (``B``) in RocksDB: they are kept in memory;
 # 9: no passage lists in RocksDB either (rebuilt from the ``D`` keys);
 # 10: no SimHash tables either (rebuilt from the records); records store the decision compactly and
-# no root id for a new article, ``I`` and ``X`` values are 4-byte seqs (all still read the old way). 7, 8 and 9 are converted on opening.
+# no root id for a new article, ``I`` and ``X`` values are 4-byte seqs (all still read the old way).
+# 7, 8 and 9 are converted on opening.
 _SCHEMA = 10
 _CONVERTED = (7, 8, 9)  # older formats converted by dropping what moved to memory
 _LEGACY_FAMILIES = ("simhash", PASSAGES)  # families of formats 9 and older, dropped on opening
