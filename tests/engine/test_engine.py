@@ -422,3 +422,57 @@ def test_receipts_tell_a_second_delivery_from_a_first(tmp_path) -> None:
         assert d.receipt(b"r" * 16) is None and d.receipt(b"s" * 16) is None
         assert d.receipt(b"t" * 16) == (7, False)
         assert d.decision_of("a") is not None and len(d) == 1
+
+
+# ------------------------------------------------------------------------ the verification prefilter
+@pytest.mark.parametrize("changes", [{}, {"short_text_jaccard": 1.0}, {"rewrite_jaccard": 0.0},
+                                     {"containment_both_ways": 0}, {"jaccard_threshold": 0.7, "simhash_k": 2,
+                                                                    "containment_threshold": 0.6}])
+def test_may_pass_keeps_every_candidate_a_text_rule_passes(tmp_path: Path, changes: dict) -> None:
+    """Deduplicator._may_pass is a superset of the text rules' passes (sizes and Hamming distances
+    at random, every estimate 128 rows can give, so the estimates that round onto a threshold too),
+    and leaves a far candidate out."""
+    from stream_dedup import rewrite
+    from stream_dedup.index import SIGNATURE_BITS
+    from stream_dedup.minhash import bbit_jaccard
+
+    config = EngineConfig(**changes)
+    rng = np.random.default_rng(13)
+    jaccards = bbit_jaccard(np.arange(config.num_perm + 1), config.num_perm, SIGNATURE_BITS).tolist()
+    with Deduplicator(config, tmp_path / "state") as d:
+        for n in [1, 5, 7, 8, 20, 40, 60, 61, 200, *rng.integers(1, 400, 20).tolist()]:
+            stored_ns = rng.integers(1, 400, len(jaccards)).tolist()
+            stored_ns[:4] = [n, 1, 60, max(1, int(n * rewrite.MIN_LENGTH))]
+            hams = rng.integers(0, 2 * config.simhash_k + 2, len(jaccards)).tolist()
+            may = set(d._may_pass(jaccards, n, stored_ns, hams))
+            for i, (j_raw, stored_n, ham) in enumerate(zip(jaccards, stored_ns, hams, strict=True)):
+                j = round(j_raw, 4)
+                if d.is_short_text(n) or d.is_short_text(stored_n):
+                    passes = config.short_text_jaccard < 1.0 and j >= config.short_text_jaccard
+                else:
+                    passes = (j >= config.jaccard_threshold or d._containment(j_raw, n, stored_n)[1] is not None
+                              or (ham <= config.simhash_k and j >= config.simhash_min_jaccard)
+                              or (rewrite.in_band(j, config.rewrite_jaccard, config.jaccard_threshold)
+                                  and min(n, stored_n) / max(n, stored_n) >= rewrite.MIN_LENGTH))
+                assert not passes or i in may, (j_raw, n, stored_n, ham)
+        # a shared lead (estimate 0.1) between texts of the same length, far in SimHash: no rule can pass it
+        assert d._may_pass([0.1, 0.6], 40, [40, 40], [20, 20]) == [1]
+
+
+@pytest.mark.shared_data
+def test_prefilter_changes_no_decision_on_short_items(shared_stream, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared stream cut to short items (title and ~40 words: ~10 candidates each, most far off)
+    gets the same decisions with the text rules run on every candidate."""
+    records = [{"id": r["id"], "text": f"{r.get('title', '')}\n\n{' '.join(r.get('text', '').split()[:40])}"}
+               for r in shared_stream(2000)[0] if r.get("text")]
+    config = EngineConfig()
+
+    def decide(state: str) -> list[dict]:
+        with Deduplicator(config, tmp_path / state) as d:
+            return [d.process(article_from_object(rec, config), now=1000.0).to_event() for rec in records]
+
+    filtered = decide("filtered")
+    monkeypatch.setattr(Deduplicator, "_may_pass", lambda self, jaccards, *_: list(range(len(jaccards))))
+    assert decide("every") == filtered
+    assert sum(e["type"] == "duplicate-of" for e in filtered) > 100
