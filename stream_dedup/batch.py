@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["BatchView", "Prepared", "run_batch"]
 _UNKNOWN = object()  # a key not read yet
 NO_KEYS = np.zeros(0, dtype=np.uint64)  # the bucket keys of an article without shingles
+_NO_MEMBERS: list[int] = []  # a bucket the batch has no member in (read only)
 
 
 def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int], Fingerprint], nows: Sequence[float],
@@ -107,12 +108,12 @@ class BatchView:
         self.id_keys: dict[str, bytes] = {}
         self.buckets, self.lists, self.simhash = index.lists()  # loaded or built now if not: before this batch's write
         self.filed: list[tuple[np.ndarray, int]] = []  # (bucket keys, seq) of the batch's indexed articles
-        self.filed_keys: set[int] = set()  # their bucket keys (most lookups share none of them)
+        # their bucket keys -> the batch's members, oldest first (most lookups share none of the keys)
+        self.own_members: dict[int, list[int]] = {}
         self.hashed: list[tuple[np.ndarray, int]] = []  # (permuted SimHash, seq) of the batch's indexed articles
-        self.own: BandTable | None = None  # the batch's own bucket members (made when a lookup needs them)
         self.joined: list[tuple[np.ndarray, int]] = []  # (anchors, seq): the passage lists the batch's articles join
         self.own_lists: MemberLists | None = None  # the same, as lists (made when a lookup needs them)
-        self.in_own = self.in_own_lists = 0  # how many of filed / joined they hold
+        self.in_own_lists = 0  # how many of joined they hold
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, keys: list[bytes], family: str = _POINTS) -> list[bytes | None]:
@@ -157,11 +158,12 @@ class BatchView:
 
     def lookup(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> Lookup:
         """:meth:`Index.lookup` with the batch's bucket members and SimHash table entries."""
-        if self.filed and len(bucket_keys) and not self.filed_keys.isdisjoint(bucket_keys.tolist()):
+        keys = bucket_keys.tolist() if self.own_members else []
+        if keys and not self.own_members.keys().isdisjoint(keys):
             ends = np.empty(bucket_keys.shape[0], dtype=np.int64)
             members = self.buckets.lookup(bucket_keys, ends)
             found = self.index.lookup(bucket_keys, permuted, max_distance, members)
-            self._batch_members(bucket_keys, members, ends, found.lsh)
+            self._batch_members(keys, members, ends, found.lsh)
         else:
             found = self.index.lookup(bucket_keys, permuted, max_distance)
         if self.tables and len(permuted):
@@ -171,21 +173,28 @@ class BatchView:
                         found.simhash.add(seq)
         return found
 
-    def _batch_members(self, bucket_keys: np.ndarray, members: np.ndarray, ends: np.ndarray, lsh: set[int]) -> None:
+    def _batch_members(self, bucket_keys: list[int], members: np.ndarray, ends: np.ndarray, lsh: set[int]) -> None:
         """Add the batch's members of ``bucket_keys`` to ``lsh`` (which holds the index's,
         ``members`` ending at ``ends`` bucket by bucket); a bucket they take over its cap is read as
-        it will be after the commit (only its newest ``cap`` members)."""
-        own_ends = np.empty_like(ends)
-        mine = self._own_buckets().lookup(bucket_keys, own_ends)
-        if not mine.size:
+        it will be after the commit (only its newest ``cap`` members).
+
+        The batch's members are in a dict of lists (:attr:`own_members`): filed by :meth:`insert`
+        (37 appends), not in a :class:`BandTable` filed and probed through kernels at each lookup
+        (~50 us a lookup that shares a bucket with the batch, half the short items').
+        """
+        own = [self.own_members.get(key, _NO_MEMBERS) for key in bucket_keys]
+        if not any(own):
             return
-        lsh.update(mine.tolist())
+        for seqs in own:
+            lsh.update(seqs)
         cap = self.buckets.cap
-        if (list_sizes(ends) + list_sizes(own_ends) > cap).any():
+        e = ends.tolist()
+        starts = [0, *e[:-1]]
+        if any(len(seqs) + end - start > cap for seqs, start, end in zip(own, starts, e, strict=True)):
             lsh.clear()
-            listed, own, e, oe = members.tolist(), mine.tolist(), ends.tolist(), own_ends.tolist()
-            for i in range(len(e)):  # each bucket newest first: the batch's members, then the index's
-                lsh.update((own[oe[i - 1] if i else 0:oe[i]] + listed[e[i - 1] if i else 0:e[i]])[:cap])
+            listed = members.tolist()
+            for seqs, start, end in zip(own, starts, e, strict=True):  # each bucket newest first: the batch's, then the index's
+                lsh.update((seqs[::-1] + listed[start:end])[:cap])
 
     @property
     def passages(self) -> _PassageLists:
@@ -210,14 +219,6 @@ class BatchView:
         np.cumsum(index_counts + own_counts, out=ends)
         return np.concatenate([members, mine])[order]
 
-    def _own_buckets(self) -> BandTable:
-        """The batch's bucket members as a table (brought up to date with :attr:`filed`)."""
-        if self.own is None:
-            self.own = BandTable(self.buckets.bands, self.buckets.rows, cap=UNCAPPED, slots=256, nodes=128)
-        self.own.file(self.filed[self.in_own:])
-        self.in_own = len(self.filed)
-        return self.own
-
     def _own_lists(self) -> MemberLists:
         """The passage lists the batch's articles joined (brought up to date with :attr:`joined`)."""
         if self.own_lists is None:
@@ -240,7 +241,12 @@ class BatchView:
         keys = article["bucket_keys"]
         if article["index_sketches"] and len(keys):
             self.filed.append((keys, seq))
-            self.filed_keys.update(keys.tolist())
+            own = self.own_members
+            for key in keys.tolist():
+                if key in own:
+                    own[key].append(seq)
+                else:
+                    own[key] = [seq]
         joins = article.get("postings", (NO_ANCHORS, b""))[0]
         if joins.shape[0]:
             self.joined.append((joins, seq))
@@ -277,7 +283,7 @@ class BatchView:
         if self.hashed:
             self.simhash.add_many(np.stack([p for p, _ in self.hashed]),
                                   np.array([seq for _, seq in self.hashed], dtype=np.uint32))
-        self.filed, self.own, self.in_own, self.filed_keys = [], None, 0, set()
+        self.filed, self.own_members = [], {}
         self.hashed, self.tables = [], {}
         self.joined, self.own_lists, self.in_own_lists = [], None, 0
         index.lists_behind = False
