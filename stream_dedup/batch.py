@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rocksdict import WriteBatch
 
-from .band_table import UNCAPPED, BandTable, MemberLists, list_sizes
+from .band_table import BandTable
 from .fingerprint import Fingerprint
 from .index import _POINTS, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import StoredArticle, _unpack_record, stored_signature
@@ -112,8 +112,7 @@ class BatchView:
         self.own_members: dict[int, list[int]] = {}
         self.hashed: list[tuple[np.ndarray, int]] = []  # (permuted SimHash, seq) of the batch's indexed articles
         self.joined: list[tuple[np.ndarray, int]] = []  # (anchors, seq): the passage lists the batch's articles join
-        self.own_lists: MemberLists | None = None  # the same, as lists (made when a lookup needs them)
-        self.in_own_lists = 0  # how many of joined they hold
+        self.own_lists: dict[int, list[int]] = {}  # the same, as lists: anchor -> the batch's members, oldest first
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, keys: list[bytes], family: str = _POINTS) -> list[bytes | None]:
@@ -202,30 +201,26 @@ class BatchView:
         return _PassageLists(self)
 
     def lookup_lists(self, anchors: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
-        """The members of the passage lists of ``anchors``, list after list (``ends``: where each ends)."""
+        """The members of the passage lists of ``anchors``, list after list (``ends``: where each ends):
+        each list the index's members, then the batch's (newest first).
+
+        The batch's are in a dict of lists (:attr:`own_lists`, filed by :meth:`insert`): a short item
+        has ~2 anchors, where merging a kernel-probed table's lists in numpy took ~40 us a lookup.
+        """
         if ends is None:
             ends = np.empty(anchors.shape[0], dtype=np.int64)
         members = self.lists.lookup(anchors, ends)
-        if not self.joined:
+        if not self.own_lists:
             return members
-        own_ends = np.empty_like(ends)
-        mine = self._own_lists().lookup(anchors, own_ends)
-        if not mine.shape[0]:
+        own = [self.own_lists.get(anchor, _NO_MEMBERS) for anchor in anchors.tolist()]
+        if not any(own):
             return members
-        index_counts, own_counts = list_sizes(ends), list_sizes(own_ends)
-        lists = np.arange(anchors.shape[0])
-        order = np.argsort(np.concatenate([np.repeat(lists, index_counts), np.repeat(lists, own_counts)]),
-                           kind="stable")
-        np.cumsum(index_counts + own_counts, out=ends)
-        return np.concatenate([members, mine])[order]
-
-    def _own_lists(self) -> MemberLists:
-        """The passage lists the batch's articles joined (brought up to date with :attr:`joined`)."""
-        if self.own_lists is None:
-            self.own_lists = MemberLists(UNCAPPED, slots=256, nodes=128)
-        self.own_lists.file(self.joined[self.in_own_lists:])
-        self.in_own_lists = len(self.joined)
-        return self.own_lists
+        listed, merged, start = members.tolist(), [], 0
+        for i, (seqs, end) in enumerate(zip(own, ends.tolist(), strict=True)):
+            merged += listed[start:end]
+            merged += seqs[::-1]
+            start, ends[i] = end, len(merged)
+        return np.array(merged, dtype=members.dtype)
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
@@ -250,6 +245,12 @@ class BatchView:
         joins = article.get("postings", (NO_ANCHORS, b""))[0]
         if joins.shape[0]:
             self.joined.append((joins, seq))
+            lists = self.own_lists
+            for anchor in joins.tolist():
+                if anchor in lists:
+                    lists[anchor].append(seq)
+                else:
+                    lists[anchor] = [seq]
         self.mark(checkpoint, receipt, False)
         return seq
 
@@ -285,7 +286,7 @@ class BatchView:
                                   np.array([seq for _, seq in self.hashed], dtype=np.uint32))
         self.filed, self.own_members = [], {}
         self.hashed, self.tables = [], {}
-        self.joined, self.own_lists, self.in_own_lists = [], None, 0
+        self.joined, self.own_lists = [], {}
         index.lists_behind = False
 
 
