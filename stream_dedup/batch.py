@@ -187,6 +187,8 @@ class BatchView:
         for seqs in own:
             lsh.update(seqs)
         cap = self.buckets.cap
+        if members.shape[0] + sum(map(len, own)) <= cap:  # (then no bucket can be over its cap: most lookups)
+            return
         e = ends.tolist()
         starts = [0, *e[:-1]]
         if any(len(seqs) + end - start > cap for seqs, start, end in zip(own, starts, e, strict=True)):
@@ -251,7 +253,8 @@ class BatchView:
                     lists[anchor].append(seq)
                 else:
                     lists[anchor] = [seq]
-        self.mark(checkpoint, receipt, False)
+        if checkpoint is not None or receipt is not None:
+            self.mark(checkpoint, receipt, False)
         return seq
 
     def mark(self, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, replayed: bool = False) -> None:
