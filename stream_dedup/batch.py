@@ -18,6 +18,7 @@ the index's buckets. A batch that raises before :meth:`commit` leaves the index 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -109,10 +110,11 @@ class BatchView:
         self.buckets, self.lists, self.simhash = index.lists()  # loaded or built now if not: before this batch's write
         self.filed: list[tuple[np.ndarray, int]] = []  # (bucket keys, seq) of the batch's indexed articles
         # their bucket keys -> the batch's members, oldest first (most lookups share none of the keys)
-        self.own_members: dict[int, list[int]] = {}
+        self.own_members: defaultdict[int, list[int]] = defaultdict(list)
         self.hashed: list[tuple[np.ndarray, int]] = []  # (permuted SimHash, seq) of the batch's indexed articles
         self.joined: list[tuple[np.ndarray, int]] = []  # (anchors, seq): the passage lists the batch's articles join
-        self.own_lists: dict[int, list[int]] = {}  # the same, as lists: anchor -> the batch's members, oldest first
+        # the same, as lists: anchor -> the batch's members, oldest first
+        self.own_lists: defaultdict[int, list[int]] = defaultdict(list)
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, keys: list[bytes], family: str = _POINTS) -> list[bytes | None]:
@@ -240,19 +242,13 @@ class BatchView:
             self.filed.append((keys, seq))
             own = self.own_members
             for key in keys.tolist():
-                if key in own:
-                    own[key].append(seq)
-                else:
-                    own[key] = [seq]
+                own[key].append(seq)
         joins = article.get("postings", (NO_ANCHORS, b""))[0]
         if joins.shape[0]:
             self.joined.append((joins, seq))
             lists = self.own_lists
             for anchor in joins.tolist():
-                if anchor in lists:
-                    lists[anchor].append(seq)
-                else:
-                    lists[anchor] = [seq]
+                lists[anchor].append(seq)
         if checkpoint is not None or receipt is not None:
             self.mark(checkpoint, receipt, False)
         return seq
@@ -287,9 +283,9 @@ class BatchView:
         if self.hashed:
             self.simhash.add_many(np.stack([p for p, _ in self.hashed]),
                                   np.array([seq for _, seq in self.hashed], dtype=np.uint32))
-        self.filed, self.own_members = [], {}
+        self.filed, self.own_members = [], defaultdict(list)
         self.hashed, self.tables = [], {}
-        self.joined, self.own_lists = [], {}
+        self.joined, self.own_lists = [], defaultdict(list)
         index.lists_behind = False
 
 
