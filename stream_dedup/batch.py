@@ -28,7 +28,7 @@ from rocksdict import WriteBatch
 
 from .band_table import BandTable
 from .fingerprint import Fingerprint
-from .index import _POINTS, DEFAULT, Entry, Index, Lookup, _id_key, _u64
+from .index import _POINTS, _U64, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import StoredArticle, _unpack_record, stored_signature
 from .passages import NO_ANCHORS
 
@@ -155,7 +155,8 @@ class BatchView:
 
     def compare(self, seqs: list[int], minhash: np.ndarray) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
         """:meth:`Index.compare` on the records as the batch sees them."""
-        return self.index.compare(seqs, minhash, self.get([b"A" + _u64(s) for s in seqs]))
+        pack = _U64.pack  # (_u64 inlined: ~20 candidates a call)
+        return self.index.compare(seqs, minhash, self.get([b"A" + pack(s) for s in seqs]))
 
     def lookup(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> Lookup:
         """:meth:`Index.lookup` with the batch's bucket members and SimHash table entries."""

@@ -293,16 +293,18 @@ class Index:
         """
         if values is None:
             values = self._points.get([b"A" + _u64(s) for s in seqs])
-        found = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
-        if not found:
+        if None in values:  # an evicted candidate (rare)
+            found = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
+            seqs, values = [s for s, _ in found], [v for _, v in found]
+        if not values:
             return [], np.zeros(0, dtype=np.int64), [], []
         start, end = _RECORD.size, _RECORD.size + _SIG_DTYPE.itemsize * self.num_perm
-        raw = [v for _, v in found]
+        raw = values
         # compare the stored big-endian rows as native words with the query in the same byte order
         sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint16)
         agree = equal_counts(sigs, stored_signature(minhash).view(np.uint16))
         unpack = _RECORD.unpack_from
-        return [s for s, _ in found], agree, [unpack(v) for v in raw], raw
+        return seqs, agree, [unpack(v) for v in raw], raw
 
     def ids(self, value: bytes) -> tuple[str, str]:
         """(article id, cluster root id) of a raw record."""
