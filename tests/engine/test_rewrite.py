@@ -64,3 +64,9 @@ def test_the_rule_reads_words_when_it_can_else_identity_pairs() -> None:
     assert rewrite.passes(*args, b"", far, 0.75)            # no bitmap (an older record): the identity pairs
     assert not rewrite.passes(0.4, ids, ids, 100, 80, 0.3, 0.5, 8, close, close, 0.75)  # lengths differ
     assert not rewrite.passes(0.5, ids, ids, 100, 100, 0.3, 0.5, 8, close, close, 0.75)  # above the band
+
+
+def test_word_jaccard_counts_table_is_the_formula() -> None:
+    """The linear-counting table word_jaccard reads is the formula, value for value."""
+    for m in (8, 512):
+        assert rewrite._counts(m) == [rewrite._count(bits, m) for bits in range(m + 1)]
