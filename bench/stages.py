@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
 
-STAGES = [  # (label, owner attribute path from the Deduplicator, method name)
+STAGES = [  # (label, owner attribute path from the Deduplicator (dotted), method name)
     ("tokens + token hashes (folding, MurmurHash3)", "fingerprinter", "token_hashes"),
-    ("SimHash permutations", "tables", "permute_all"),
-    ("LSH bucket keys", "banding", "keys"),
-    ("lookups: LSH bucket values + SimHash prefix seeks", "index", "lookup"),
+    ("SimHash permutations", "tables", "permute_array"),
+    ("LSH bucket keys", "index.buckets", "keys"),
+    ("lookups: LSH buckets + SimHash tables (in memory)", "index", "lookup"),
     ("verification of candidates (their records read)", "", "_verify"),
 ]
 BATCH_STAGES = [  # (label, BatchView method): the batch's reads and writes
@@ -90,7 +90,9 @@ def main() -> int:
             warm.process(parse_record(lines[0], config))
         with Deduplicator(config, Path(tmp) / "index") as dedup:
             for label, owner, name in STAGES:
-                target = getattr(dedup, owner) if owner else dedup
+                target = dedup
+                for attr in owner.split(".") if owner else ():
+                    target = getattr(target, attr)
                 setattr(target, name, _timed(getattr(target, name), label, spent))
             # the sketch kernel is called through the fingerprint module's reference to kernels
             kernels = fingerprint_module.kernels
@@ -106,7 +108,7 @@ def main() -> int:
                 setattr(fingerprint_module, name, _timed(plain[name], label, spent))
             # the engine calls the passage functions through the module
             anchor_fns = {name: getattr(passages_module, name) for name in ("lookup", "posting_writes")}
-            passages_module.lookup = _timed(anchor_fns["lookup"], "passage lists: multi-get + shared counts", spent)
+            passages_module.lookup = _timed(anchor_fns["lookup"], "passage lists: members + shared counts", spent)
             passages_module.posting_writes = _timed(anchor_fns["posting_writes"], "passage lists: appends", spent)
             batch_fns = {name: getattr(BatchView, name) for _, name in BATCH_STAGES}
             for label, name in BATCH_STAGES:
