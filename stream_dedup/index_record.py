@@ -20,7 +20,6 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-import orjson
 
 from . import stored_decision
 
@@ -65,7 +64,7 @@ def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool
         rid = root_id.encode("utf-8", "surrogatepass")
         if not rid:
             raise ValueError(f"article {article_id!r}: an empty cluster root id cannot be stored")
-    stored = stored_decision.encode(decision, article_id, root_id) if type(decision) is list else orjson.dumps(decision)
+    stored = stored_decision.encode(decision, article_id, root_id)  # (JSON for a dict)
     return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
                      stored_signature(minhash).tobytes(),
                      _LENGTHS.pack(len(aid), len(rid), identity.shape[0], min(anchors, 0xFFFF), len(words)), aid, rid,

@@ -67,102 +67,98 @@ _U64 = 1 << 64
 _SCALE = 10000
 
 
-def _fixed(v: Any) -> bytes | None:
-    """A float equal, bit for bit, to k / 10000 (0 <= k <= 10000, not -0.0) as uint16 k; else None."""
+class _NotCompact(Exception):
+    """A value that the compact form cannot hold exactly (:func:`encode` stores JSON instead)."""
+
+
+def _fixed(v: Any) -> bytes:
+    """A float equal, bit for bit, to k / 10000 (0 <= k <= 10000, not -0.0) as uint16 k."""
     if type(v) is not float or not 0.0 <= v <= 1.0 or (not v and copysign(1.0, v) < 0.0):  # NaN fails too
-        return None
+        raise _NotCompact
     k = round(v * _SCALE)
-    return k.to_bytes(2, "little") if k / _SCALE == v else None
+    if k / _SCALE != v:
+        raise _NotCompact
+    return k.to_bytes(2, "little")
+
+
+def _code(table: dict[str, int], v: Any) -> int:
+    """The header bits of a known string value (type, method, direction)."""
+    if type(v) is not str or (code := table.get(v)) is None:
+        raise _NotCompact
+    return code
+
+
+def _count(v: Any) -> int:
+    """An int that a varint holds (0 <= v < 2**64)."""
+    if type(v) is not int or not 0 <= v < _U64:
+        raise _NotCompact
+    return v
 
 
 def encode(stored: Any, article_id: str, root_id: str) -> bytes:
-    """The bytes a record keeps for ``stored``: compact if it fits exactly, else orjson.
-
-    The hot path (once per indexed article): the fields are unrolled, the common values are table
-    lookups, and every check that fails returns the JSON form."""
-    if type(stored) is not list:
+    """The bytes a record keeps for ``stored``: compact if it fits exactly, else orjson."""
+    try:
+        return _compact(stored, article_id, root_id)
+    except _NotCompact:
         return orjson.dumps(stored)
+
+
+def _compact(stored: Any, article_id: str, root_id: str) -> bytes:
+    """The compact form of ``stored``, or :class:`_NotCompact`.
+
+    The hot path (once per indexed article): the fields are unrolled and the common values are
+    table lookups."""
+    if type(stored) is not list:
+        raise _NotCompact
     n = len(stored)
     if not 0 < n <= _N or stored[-1] is None:
-        return orjson.dumps(stored)
+        raise _NotCompact
     typ, dup, sim, method, ham, cont, matched, methods, cand, direction, template, overlap = \
         stored + _PAD[n] if n < _N else stored
-    if type(typ) is not str or (h := _TYPE_CODE.get(typ)) is None:
-        return orjson.dumps(stored)
+    h = _code(_TYPE_CODE, typ)
     if methods is not None:  # first: a new article stops after it and candidates
         tm = type(methods)
         if tm is not tuple and tm is not list:
-            return orjson.dumps(stored)
+            raise _NotCompact
         try:
             mask = _MASK_OF.get(methods if tm is tuple else tuple(methods))
         except TypeError:  # an unhashable element
             mask = None
-        if mask is None:
-            return orjson.dumps(stored)
-        if mask:
-            for m in methods:
-                if type(m) is not str:  # equal to a method's name, but not a str
-                    return orjson.dumps(stored)
+        if mask is None or any(type(m) is not str for m in methods):  # (equal to a method's name, not a str)
+            raise _NotCompact
         h |= mask | 0x80
     if cand is not None:
-        if type(cand) is not int or not 0 <= cand < _U64:
-            return orjson.dumps(stored)
-        if cand < _INLINE_CANDIDATES:
-            h |= cand << 21 | 0x100
-        else:
-            h |= _INLINE_CANDIDATES << 21 | 0x100
-            tail = _varint(cand - _INLINE_CANDIDATES)
+        h |= min(_count(cand), _INLINE_CANDIDATES) << 21 | 0x100
     body = b""
     prev = None
     if dup is not None:
-        if type(dup) is not str:
-            return orjson.dumps(stored)
-        body = b"\x01" if dup == root_id else _string(dup, article_id, root_id, None)
+        body = _string(dup, article_id, root_id, None)
         prev = dup
         h |= 0x2
     if sim is not None:
-        b = _fixed(sim)
-        if b is None:  # not k / 10000, or -0.0
-            return orjson.dumps(stored)
-        body += b
+        body += _fixed(sim)
         h |= 0x4
     if method is not None:
-        if type(method) is not str or (code := _METHOD_CODE.get(method)) is None:
-            return orjson.dumps(stored)
-        h |= code | 0x8
+        h |= _code(_METHOD_CODE, method) | 0x8
     if ham is not None:
-        if type(ham) is not int or not 0 <= ham < _U64:
-            return orjson.dumps(stored)
-        body += _BYTE[ham] if ham < 0x80 else _varint(ham)
+        body += _varint(_count(ham))
         h |= 0x10
     if cont is not None:
-        b = _fixed(cont)
-        if b is None:
-            return orjson.dumps(stored)
-        body += b
+        body += _fixed(cont)
         h |= 0x20
     if matched is not None:
-        if type(matched) is not str:
-            return orjson.dumps(stored)
-        body += b"\x01" if matched == root_id else _string(matched, article_id, root_id, prev)
+        body += _string(matched, article_id, root_id, prev)
         prev = matched
         h |= 0x40
     if cand is not None and cand >= _INLINE_CANDIDATES:
-        body += tail
+        body += _varint(cand - _INLINE_CANDIDATES)
     if direction is not None:
-        if type(direction) is not str or (code := _DIRECTION_CODE.get(direction)) is None:
-            return orjson.dumps(stored)
-        h |= code | 0x200
+        h |= _code(_DIRECTION_CODE, direction) | 0x200
     if template is not None:
-        if type(template) is not str:
-            return orjson.dumps(stored)
         body += _string(template, article_id, root_id, prev)
         h |= 0x400
     if overlap is not None:
-        b = _fixed(overlap)
-        if b is None:
-            return orjson.dumps(stored)
-        body += b
+        body += _fixed(overlap)
         h |= 0x800
     return (h << 8 | TAG).to_bytes(4, "little") + body
 
@@ -188,7 +184,10 @@ def _varint(v: int) -> bytes:
     return bytes(out)
 
 
-def _string(v: str, article_id: str, root_id: str, prev: str | None) -> bytes:
+def _string(v: Any, article_id: str, root_id: str, prev: str | None) -> bytes:
+    """A string as a reference to the article id, its root or ``prev``, else its UTF-8 bytes."""
+    if type(v) is not str:
+        raise _NotCompact
     if v == root_id:
         return b"\x01"
     if v == article_id:
