@@ -237,16 +237,21 @@ def simhash64(features):
     return fp
 
 
+@inline
+def _permuted(fp, src, mask, dst, t):
+    """``OR over i of ((fp >> src[t, i]) & mask[t, i]) << dst[t, i]``: ``fp`` as table ``t`` keys it."""
+    v = np.uint64(0)
+    for i in range(src.shape[1]):
+        v |= ((fp >> src[t, i]) & mask[t, i]) << dst[t, i]
+    return v
+
+
 @kernel
 def permute_blocks(fp, src, mask, dst):
-    """``out[t] = OR over i of ((fp >> src[t, i]) & mask[t, i]) << dst[t, i]``: the SimHash ``fp``
-    (uint64) rearranged block by block for every permuted table ``t``."""
+    """The SimHash ``fp`` (uint64) rearranged block by block for every permuted table ``t``."""
     out = np.zeros(src.shape[0], dtype=np.uint64)
     for t in range(src.shape[0]):
-        v = np.uint64(0)
-        for i in range(src.shape[1]):
-            v |= ((fp >> src[t, i]) & mask[t, i]) << dst[t, i]
-        out[t] = v
+        out[t] = _permuted(fp, src, mask, dst, t)
     return out
 
 
@@ -255,12 +260,8 @@ def permute_rows(fps, src, mask, dst):
     """uint64[n, T]: :func:`permute_blocks` of each of ``fps`` (uint64[n])."""
     out = np.zeros((fps.shape[0], src.shape[0]), dtype=np.uint64)
     for j in range(fps.shape[0]):
-        fp = fps[j]
         for t in range(src.shape[0]):
-            v = np.uint64(0)
-            for i in range(src.shape[1]):
-                v |= ((fp >> src[t, i]) & mask[t, i]) << dst[t, i]
-            out[j, t] = v
+            out[j, t] = _permuted(fps[j], src, mask, dst, t)
     return out
 
 

@@ -52,6 +52,17 @@ def _popcount(x):
     return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
 
 
+@inline
+def _open_slot(tags, h):
+    """The first free or removed slot from ``h`` on (linear probing, wrapping around)."""
+    size = tags.shape[0]
+    while tags[h] != 0 and tags[h] != 255:
+        h += 1
+        if h == size:
+            h = 0
+    return h
+
+
 @kernel
 def simhash_add(fps, tags, seqs, meta, permuted, masks, numbers):
     """File article ``numbers[i]`` (uint32[n]) in every table: ``permuted[i, t]`` (uint64[n, T])
@@ -60,11 +71,7 @@ def simhash_add(fps, tags, seqs, meta, permuted, masks, numbers):
     size = fps.shape[0]
     for i in range(permuted.shape[0]):
         for t in range(permuted.shape[1]):
-            h = _home(permuted[i, t] & masks[t], t, size)
-            while tags[h] != 0 and tags[h] != 255:
-                h += 1
-                if h == size:
-                    h = 0
+            h = _open_slot(tags, _home(permuted[i, t] & masks[t], t, size))
             if tags[h] == 0:
                 meta[0] += 1
             fps[h] = permuted[i, t]
@@ -124,11 +131,7 @@ def simhash_rehash(fps, tags, seqs, masks, new_fps, new_tags, new_seqs):
         tag = tags[i]
         if tag == 0 or tag == 255:
             continue
-        h = _home(fps[i] & masks[tag - 1], tag - 1, size)
-        while new_tags[h] != 0:
-            h += 1
-            if h == size:
-                h = 0
+        h = _open_slot(new_tags, _home(fps[i] & masks[tag - 1], tag - 1, size))  # (none removed there)
         new_fps[h] = fps[i]
         new_tags[h] = tag
         new_seqs[h] = seqs[i]
