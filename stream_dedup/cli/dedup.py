@@ -10,7 +10,6 @@ that ``--resume`` continues from. What the run counts and shows is in :mod:`.sum
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from ..config import EngineConfig, add_arguments, load
+from ..gc_tuning import relax_collector
 from ..record import PROCESSING_ERROR, Article, RecordError, parse_record
 from .errors import RunError, UsageError, check_writable
 from .process_end import release_state
@@ -215,13 +215,7 @@ def run_dedup(args: argparse.Namespace) -> int:
         t_load = time.perf_counter()
         dedup.fingerprint(Article(id="warm-up", text="stream-dedup loads its compiled kernels once per process"))
         summary.kernel_seconds = time.perf_counter() - t_load
-        # the start-up heap moved out of the GC's way and the young generation collected less often,
-        # as in the Kafka worker: a batch allocates many small objects, few of them in cycles (short
-        # items: ~4 % of a run went to collections); both undone when the run ends
-        stack.callback(gc.set_threshold, *gc.get_threshold())
-        stack.callback(gc.unfreeze)
-        gc.freeze()
-        gc.set_threshold(50_000, 20, 100)
+        stack.callback(relax_collector())  # as in the Kafka worker; undone when the run ends
         t0 = time.perf_counter()
         stats = StatsLines(dedup, t0) if args.stats_every else None
         lineno = 0
