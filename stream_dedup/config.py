@@ -260,11 +260,10 @@ class ServiceConfig:
         "another partition has none (0 = no reordering).")
     transaction_size: int = _opt(
         1000, "Worker: most signature records the decision stage decides in one Kafka transaction (fewer "
-        "when fewer are waiting).")
+        "when fewer are waiting: a transaction never waits for more than --batch-wait).")
     transaction_ms: float = _opt(
-        0.0, "Worker: longest the decision stage waits for more records before committing a transaction, in "
-        "milliseconds. 0 = group commit: a transaction takes the records already waiting, and those that "
-        "arrive while it commits go into the next one (its size follows the load, its wait is one commit).")
+        10.0, "Worker: longest the decision stage collects records into one transaction before committing "
+        "it, in milliseconds (bounds the latency it adds; longer = fewer, larger transactions).")
     receipt_sweep: float = _opt(
         60.0, "Worker: seconds between sweeps of the decision stage's delivery receipts (one per input record, "
         "kept until stage 1 can no longer send that record twice; 0 = keep them all).")

@@ -7,11 +7,9 @@ worker's time.  One loop iteration is one Kafka transaction::
     consume signature records (read_committed, no auto-commit)
     begin_transaction
       per record: decide on the RocksDB index, produce its event or dead letter; go on
-      consuming until transaction_size records or transaction_ms have passed (0: none waiting)
+      consuming until transaction_size records or transaction_ms have passed
     send_offsets_to_transaction(last + 1, fresh group metadata)
-    commit_transaction                            <- in a thread, while the loop decides the
-                                                     next records (their outputs are held until
-                                                     the commit is done and the next one begins)
+    commit_transaction
 
 This module is the loop: group membership, reconciliation and catch-up, the transactions with
 their retries and aborts, housekeeping.  Deciding the records on the index is
@@ -54,7 +52,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,8 +88,6 @@ class _Transaction:
     next_offset: int | None = None
     count: int = 0
     observed: list[tuple[Any, Any, float]] = field(default_factory=list)
-    #: outputs decided while the previous transaction was committing, produced once this one begins
-    held: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 def _is_fatal(err: KafkaError) -> bool:
@@ -122,10 +117,6 @@ class DecisionStage:
         self.commit_started: float | None = None
         self.committed: int | None = None
         self._txn: _Transaction | None = None
-        #: the transaction whose commit runs in :attr:`_committer`, and that commit
-        self._committing: tuple[_Transaction, Future] | None = None
-        self._committer = ThreadPoolExecutor(1, thread_name_prefix="stream-dedup-commit")
-        self._holding: _Transaction | None = None  # set while outputs are held (see _produce)
         self.fatal: str | None = None
         self.client_fatal: str | None = None  # a fatal librdkafka error: this consumer is unusable
         self._last_evict = time.monotonic()
@@ -194,7 +185,6 @@ class DecisionStage:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if any(p.topic == self.topic for p in partitions):
             log.info("decision stage: signatures-0 revoked")
-        self._settle_commit(rewind=False)  # a commit in flight finishes (or is aborted) first
         if self._txn is not None:  # revoked while a transaction collects records: commit what it has
             try:
                 self._finish_transaction()
@@ -205,7 +195,6 @@ class DecisionStage:
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.warning("decision stage: signatures-0 lost (session expired)")
-        self._settle_commit(rewind=False)  # already sent: the broker takes or refuses it
         self._abort_open()  # never commit for a generation that is gone
         self._release()
 
@@ -313,39 +302,22 @@ class DecisionStage:
         return False
 
     def _transaction(self, records: list[Any]) -> None:
-        """Decide ``records`` and whatever else arrives within ``--transaction-ms``, then commit.
-
-        When the previous transaction is still committing, ``records`` are decided first and
-        their outputs held; the transaction begins (and produces them) once that commit is done.
-        If it was aborted instead, the held outputs are dropped: the loop rewinds to the
-        committed offset and decides these records again (their receipts give the same answers).
-        """
+        """Decide ``records`` and whatever else arrives within ``--transaction-ms``, then commit."""
         producer = self.producer
         assert producer is not None
-        txn = _Transaction()
-        if self._committing is not None:
-            self._holding = txn
-            try:
-                self._decide_into(txn, records)
-            finally:
-                self._holding = None
-            records = []
-            if not self._settle_commit(rewind=True) or self.producer is not producer:
-                return
         try:
             producer.begin_transaction()
         except KafkaException as exc:
             raise FatalError(f"begin_transaction: {exc.args[0]}") from exc
-        self._txn = txn
-        for output in txn.held:
-            self._produce(*output)
-        txn.held.clear()
+        txn = self._txn = _Transaction()
         deadline = time.monotonic() + self.service.transaction_ms / 1000.0
         size = int(self.service.transaction_size)
         try:
             while True:
                 if records:
-                    self._decide_into(txn, records)
+                    self.decider.decide_records(records, txn.observed)
+                    txn.next_offset = records[-1].offset() + 1
+                    txn.count += len(records)
                 left = deadline - time.monotonic()
                 if txn.count >= size or left <= 0 or self._stop.is_set():
                     break
@@ -354,83 +326,29 @@ class DecisionStage:
                     return  # a rebalance callback has finished (or aborted) it
                 if not records:
                     break
-            if not self._stop.is_set():  # commit in the background while the next records are decided
-                self._txn = None
-                self.commit_started = time.monotonic()
-                self._committing = (txn, self._committer.submit(self._commit, producer, txn,
-                                                                self.consumer.consumer_group_metadata()))
-            else:
-                self._finish_transaction()
+            self._finish_transaction()
         except _Abort as exc:
             log.warning("transaction aborted (%s): deciding its %d records again", exc, txn.count)
             self._txn = None
             self._abort_and_rewind()
 
-    def _decide_into(self, txn: _Transaction, records: list[Any]) -> None:
-        self.decider.decide_records(records, txn.observed)
-        txn.next_offset = records[-1].offset() + 1
-        txn.count += len(records)
-
-    def _commit(self, producer: Producer, txn: _Transaction, group: Any) -> float:
-        """Commit ``txn``: its outputs and the signature offset after its last record; returns seconds.
-
-        ``group`` is the consumer's group metadata, taken by the loop's thread (the consumer is
-        used by that thread only).
-        """
-        assert txn.next_offset is not None
-        started = time.monotonic()
-        self._retry(lambda: producer.send_offsets_to_transaction(
-            [TopicPartition(self.topic, 0, txn.next_offset)], group, 60))
-        sent = time.monotonic()
-        self._retry(lambda: producer.commit_transaction(60))
-        took = time.monotonic() - started
-        if took > SLOW_COMMIT:
-            log.warning("a transaction of %d records took %.1f s to commit (offsets %.1f s)", txn.count, took,
-                        sent - started)
-        return took
-
-    def _committed_txn(self, txn: _Transaction, took: float) -> None:
-        self.metrics.transaction_seconds.observe(took)
-        self.metrics.transaction_records.observe(txn.count)
-        self.committed = txn.next_offset
-        self.decider.observe(txn.observed)
-
     def _finish_transaction(self) -> None:
-        """Commit the open transaction here and now."""
+        """Commit the open transaction: its outputs and the signature offset after its last record."""
         txn, producer = self._txn, self.producer
-        assert txn is not None and producer is not None
+        assert txn is not None and producer is not None and txn.next_offset is not None
         self.commit_started = time.monotonic()
         try:
-            took = self._commit(producer, txn, self.consumer.consumer_group_metadata())
+            self._retry(lambda: producer.send_offsets_to_transaction(
+                [TopicPartition(self.topic, 0, txn.next_offset)], self.consumer.consumer_group_metadata(), 60))
+            self._retry(lambda: producer.commit_transaction(60))
         finally:
+            took = time.monotonic() - self.commit_started
             self.commit_started = None
+        self.metrics.transaction_seconds.observe(took)
+        self.metrics.transaction_records.observe(txn.count)
         self._txn = None
-        self._committed_txn(txn, took)
-
-    def _settle_commit(self, *, rewind: bool) -> bool:
-        """Wait for the commit in flight, if any; False if it was aborted.
-
-        An aborted commit is rolled back; with ``rewind`` the consumer goes back to the committed
-        offset (the loop decides those records again), without it the partition is being given up.
-        """
-        if self._committing is None:
-            return True
-        txn, future = self._committing
-        try:
-            took = future.result()
-        except _Abort as exc:
-            log.warning("transaction aborted (%s): deciding its %d records again", exc, txn.count)
-            if rewind:
-                self._abort_and_rewind()
-            else:
-                self._txn = txn
-                self._abort_open()
-            return False
-        finally:
-            self._committing = None
-            self.commit_started = None
-        self._committed_txn(txn, took)
-        return True
+        self.committed = txn.next_offset
+        self.decider.observe(txn.observed)
 
     def _retry(self, op: Callable[[], Any]) -> None:
         while True:
@@ -460,9 +378,6 @@ class DecisionStage:
         self.committed = start
 
     def _produce(self, topic: str, value: bytes, key: bytes | None, headers: Any = None) -> None:
-        if self._holding is not None:  # decided while the previous transaction commits
-            self._holding.held.append((topic, value, key, headers))
-            return
         producer = self.producer
         assert producer is not None
         while True:
@@ -474,8 +389,6 @@ class DecisionStage:
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
-        if self._committing is not None and self._committing[1].done():
-            self._settle_commit(rewind=True)
         if self.sweep.apply(self.dedup, self.committed):
             self.metrics.receipt_sweeps.inc()
             log.debug("receipt sweep: dropped receipts below input offsets %s", self.sweep.done)
@@ -517,11 +430,6 @@ class DecisionStage:
 
     def _close(self) -> None:
         self._stop.set()
-        try:
-            self._settle_commit(rewind=False)  # a stop lets the commit in flight finish
-        except FatalError as exc:
-            log.error("the last commit failed: %s", exc)
-        self._committer.shutdown(wait=True)
         try:
             self.consumer.close()
         except Exception:  # noqa: BLE001
