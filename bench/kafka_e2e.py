@@ -17,7 +17,9 @@
    topic stays empty -> stage 2's articles/s, against ``Deduplicator.decide`` on the same
    signatures in this process (the engine's decide rate).
 
-Also printed: the worker's CPU ms per article and peak RSS (its process and children).
+Also printed: the worker's CPU ms per article and peak RSS (its process and children), and
+during the latency run the CPU of each process that shares the machine's cores (the worker's
+three, the broker when it runs here, this benchmark), in % of one core.
 Figures only (no asserts).  Uses ``$KAFKA_BOOTSTRAP_SERVERS`` or starts the test broker with
 ``scripts/kafka.sh start`` (and stops it afterwards).
 """
@@ -369,6 +371,44 @@ def decision_stage_rate(bootstrap: str, admin, sigs: list[tuple[str, bytes]], ex
     return (len(ts) - 1) / max(1e-3, (ts[-1] - ts[0]) / 1000)
 
 
+def cpu_by_process(worker_pid: int) -> dict[str, float]:
+    """CPU seconds so far of each process on the latency path, by role (what shares the cores).
+
+    The worker's children are told apart by their threads: the decision stage runs librdkafka
+    (threads named ``rdk:...``), the fingerprint process does not. The broker counts when it runs
+    on this machine (a ``kafka.Kafka`` process).
+    """
+    import psutil
+
+    def seconds(proc) -> float:
+        t = proc.cpu_times()
+        return t.user + t.system
+
+    out: dict[str, float] = {}
+    try:
+        worker = psutil.Process(worker_pid)
+        out["worker event loop (Faust)"] = seconds(worker)
+        for child in worker.children(recursive=True):
+            comms = []
+            for t in child.threads():
+                try:
+                    comms.append(Path(f"/proc/{child.pid}/task/{t.id}/comm").read_text())
+                except OSError:
+                    pass
+            role = "decision stage" if any(c.startswith("rdk:") for c in comms) else "fingerprint process"
+            out[role] = out.get(role, 0.0) + seconds(child)
+    except psutil.Error:
+        pass
+    for proc in psutil.process_iter(["cmdline"]):
+        if any("kafka.Kafka" in part for part in proc.info["cmdline"] or ()):
+            try:
+                out["broker"] = out.get("broker", 0.0) + seconds(proc)
+            except psutil.Error:
+                pass
+    out["this benchmark (producer, readers)"] = seconds(psutil.Process())
+    return out
+
+
 class PeakRSS(threading.Thread):
     """Samples the RSS of a process and its children every 0.2 s; ``peak`` in bytes."""
 
@@ -451,8 +491,11 @@ def main() -> int:
         half = [round_variant(all_lines[i % len(all_lines)], 1 + i // len(all_lines)) for i in range(m)]
         print(f"latency run: {m} records of new rounds at {rate:.0f}/s (half the measured rate) ...", flush=True)
         tx0 = worker.metric_sums(*TX_METRICS)
+        cpu_start, wall_start = cpu_by_process(worker.proc.pid), time.monotonic()
         sent2 = produce(bootstrap, f"{prefix}.articles", half, rate=rate)
         got2 = reader.wait_for(set(sent2), timeout=600)
+        cpu_end, wall = cpu_by_process(worker.proc.pid), time.monotonic() - wall_start
+        shares = {k: (v - cpu_start.get(k, 0.0)) / wall for k, v in cpu_end.items()}
         tx = {k: v - tx0[k] for k, v in worker.metric_sums(*TX_METRICS).items()}
         lat = [(got2[k] - sent2[k]) / 1000 for k in sent2 if k in got2]
         parts = breakdown(sent2, sig_reader.created, reader.created, got2) if sig_reader else {}
@@ -502,6 +545,8 @@ def main() -> int:
         ("  transactions: mean commit (ms) / records each", f"{_mean_commit(tx)}"),
         *[(f"  {name} p50 / p99 (ms)", f"{percentile(v, 50):.0f} / {percentile(v, 99):.0f}")
           for name, v in parts.items()],
+        (f"  CPU in the latency run, % of a core (of {os.cpu_count() * 100})", f"{sum(shares.values()):.0%}"),
+        *[(f"    {name}", f"{share:.0%}") for name, share in sorted(shares.items(), key=lambda kv: -kv[1])],
         ("decision stage alone (stage 2), articles/s", f"{decide_rate:.0f}"),
         ("engine decide rate, same signatures, in process", f"{engine_decide_rate:.0f}"),
         ("decision stage / engine decide", f"{stage_ratio:.0%}"),
