@@ -9,9 +9,11 @@
    until every record's output event has been *received* by a ``read_committed`` reader running
    beside the producer -> articles/s = N / (last event received - first record produced);
 3. latency at half rate (or ``--latency-rate``): another round of the stream (every word suffixed, so it matches nothing
-   of round 1 and costs the same) is produced at half the measured worker rate for ~20 s;
-   latency = the reader's receive time - the record's produce time (both on this machine's clock,
-   so it includes the transaction commit: an event is visible only once committed);
+   of round 1 and costs the same) is produced at half the measured worker rate for ~20 s, by a
+   producer with the client libraries' default ``linger.ms`` of 5 (``--producer-linger-ms``);
+   latency = the reader's receive time - the time the record was handed to the producer (both
+   on this machine's clock, so it includes the producer's linger and the transaction commit: an
+   event is visible only once committed);
 4. decision stage alone: signature records of R rounds of the stream (default 3, ~22k) are
    computed here and written straight to the signatures topic of a fresh worker whose input
    topic stays empty -> stage 2's articles/s, against ``Deduplicator.decide`` on the same
@@ -185,11 +187,16 @@ def round_variant(line: bytes, r: int) -> bytes:
     return json.dumps(obj).encode()
 
 
-def produce(bootstrap: str, topic: str, lines: list[bytes], rate: float | None = None) -> dict[str, int]:
-    """Produce lines (key = id); return {id: produce time ms}. Rate-limited if ``rate``."""
+def produce(bootstrap: str, topic: str, lines: list[bytes], rate: float | None = None,
+            linger_ms: float = 5.0) -> dict[str, int]:
+    """Produce lines (key = id); return {id: produce time ms}. Rate-limited if ``rate``.
+
+    The produce time is taken when the record is handed to the client, so a record's latency
+    includes the time it lingers in the client (up to ``linger_ms``).
+    """
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0 if rate else 5, "acks": "all",
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "acks": "all",
                   "message.max.bytes": 10_000_000})
     sent: dict[str, int] = {}
     ids = [json.loads(line)["id"] for line in lines]  # parsed up front: the producer's CPU is the machine's
@@ -433,6 +440,9 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=float, default=20.0, help="length of the half-rate run")
     ap.add_argument("--latency-rate", type=float, default=0.0,
                     help="records/s of the latency run (default: half the measured worker rate)")
+    ap.add_argument("--producer-linger-ms", type=float, default=5.0,
+                    help="linger.ms of the latency run's producer (5 = the default of librdkafka and, since "
+                         "Kafka 4.0, of the Java client; 0 = one produce request per record)")
     ap.add_argument("--decision-rounds", type=int, default=3, help="rounds of the stream for measurement 4")
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
@@ -492,7 +502,7 @@ def main() -> int:
         print(f"latency run: {m} records of new rounds at {rate:.0f}/s (half the measured rate) ...", flush=True)
         tx0 = worker.metric_sums(*TX_METRICS)
         cpu_start, wall_start = cpu_by_process(worker.proc.pid), time.monotonic()
-        sent2 = produce(bootstrap, f"{prefix}.articles", half, rate=rate)
+        sent2 = produce(bootstrap, f"{prefix}.articles", half, rate=rate, linger_ms=args.producer_linger_ms)
         got2 = reader.wait_for(set(sent2), timeout=600)
         cpu_end, wall = cpu_by_process(worker.proc.pid), time.monotonic() - wall_start
         shares = {k: (v - cpu_start.get(k, 0.0)) / wall for k, v in cpu_end.items()}
@@ -539,6 +549,7 @@ def main() -> int:
         ("worker CPU ms per article (all its processes)", f"{cpu / n * 1000:.2f}"),
         ("worker peak RSS (MiB, all its processes)", f"{rss.peak / 2**20:.0f}"),
         ("backlog run latency p50 / p99 (s)", f"{percentile(lat_full, 50):.2f} / {percentile(lat_full, 99):.2f}"),
+        ("latency run's producer linger.ms", f"{args.producer_linger_ms:g}"),
         (f"latency run ({rate:.0f}/s) p50 (ms)", f"{p50:.1f}"),
         (f"latency run ({rate:.0f}/s) p99 (ms)", f"{p99:.1f}"),
         (f"latency run ({rate:.0f}/s) max (ms)", f"{max(lat) * 1000 if lat else float('nan'):.1f}"),
