@@ -13,8 +13,8 @@ consumer, each run a fresh process in a fresh group:
 * ``confluent``: ``Consumer.consume(200)`` (librdkafka), the client of the decision stage.
 
 The figure is the process's CPU time (``getrusage``, every thread) from the first record to the
-last, divided by the records. Figures only; uses ``$KAFKA_BOOTSTRAP_SERVERS`` (default
-127.0.0.1:19092).
+last, divided by the records. Figures only. Uses ``$KAFKA_BOOTSTRAP_SERVERS`` or starts the test
+broker with ``scripts/kafka.sh start`` (and stops it afterwards), as ``kafka_e2e.py`` does.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from kafka_e2e import ensure_broker, produce  # noqa: E402
+
 CONSUMERS = ("faust", "aiokafka", "confluent")
 
 
@@ -45,21 +48,22 @@ def report(name: str, n: int, c0: float, t0: float) -> None:
 
 
 def make_topic(bootstrap: str, topic: str, n: int) -> None:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(30)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    value = json.dumps({"id": "x", "text": "word " * 900}).encode()
-    for i in range(n):
-        while True:
-            try:
-                p.produce(topic, value, key=str(i).encode())
-                break
-            except BufferError:
-                p.poll(0.05)
-    p.flush(60)
+    text = "word " * 900
+    produce(bootstrap, topic, [json.dumps({"id": f"r{i}", "text": text}).encode() for i in range(n)])
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    for fut in AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic], operation_timeout=30).values():
+        try:
+            fut.result()
+        except Exception:  # noqa: BLE001 - best effort, as kafka_e2e's cleanup
+            pass
 
 
 def run_confluent(bootstrap: str, topic: str, n: int) -> None:
@@ -138,7 +142,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=30_000)
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092"))
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     ap.add_argument("--run", choices=CONSUMERS, help=argparse.SUPPRESS)  # one consumer, in this process
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -146,20 +150,26 @@ def main() -> int:
         {"faust": run_faust, "aiokafka": run_aiokafka, "confluent": run_confluent}[args.run](
             args.bootstrap, args.topic, args.records)
         return 0
+    bootstrap, started = ensure_broker(args.bootstrap)
     topic = f"consume-cost-{uuid.uuid4().hex[:8]}"
     print(f"producing {args.records} records of ~4.5 KB to {topic} (3 partitions) ...", flush=True)
-    make_topic(args.bootstrap, topic, args.records)
     results: dict[str, list[float]] = {c: [] for c in CONSUMERS}
-    for _ in range(args.repeat):
-        for consumer in CONSUMERS:
-            out = subprocess.run([sys.executable, __file__, "--run", consumer, "--topic", topic, "--records",
-                                  str(args.records), "--bootstrap", args.bootstrap],
-                                 capture_output=True, text=True, timeout=600)
-            # Faust's worker sends stdout through its logger: the figure may sit inside a log line
-            found = re.findall(r'\{"consumer": .*?\}', out.stdout + out.stderr)
-            if not found:
-                sys.exit(f"{consumer} printed no figure:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-            results[consumer].append(json.loads(found[-1])["us_per_record"])
+    try:
+        make_topic(bootstrap, topic, args.records)
+        for _ in range(args.repeat):
+            for consumer in CONSUMERS:
+                out = subprocess.run([sys.executable, __file__, "--run", consumer, "--topic", topic, "--records",
+                                      str(args.records), "--bootstrap", bootstrap],
+                                     capture_output=True, text=True, timeout=600)
+                # Faust's worker sends stdout through its logger: the figure may sit inside a log line
+                found = re.findall(r'\{"consumer": .*?\}', out.stdout + out.stderr)
+                if not found:
+                    sys.exit(f"{consumer} printed no figure:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+                results[consumer].append(json.loads(found[-1])["us_per_record"])
+    finally:
+        delete_topic(bootstrap, topic)
+        if started:
+            subprocess.run(["bash", str(REPO / "scripts" / "kafka.sh"), "stop"], capture_output=True)
     print()
     print("| consumer | CPU µs per record, each run |")
     print("| --- | --- |")
