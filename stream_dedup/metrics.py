@@ -70,6 +70,10 @@ class Metrics:
         self.decision_stage_restarts = Counter(
             "stream_dedup_decision_stage_restarts", "Times the worker restarted its decision stage process "
             "(it exited: a crash, or a fatal Kafka client error such as a fenced consumer).", registry=r)
+        self.stage1_restarts = Counter(
+            "stream_dedup_stage1_restarts", "Times the worker restarted a stage-1 process (--stage1-client "
+            "confluent; it exited: a crash, an undelivered signature record or a fatal Kafka client error).",
+            registry=r)
         self.memory_budget = Gauge(
             "stream_dedup_memory_budget_bytes", "The index's memory budget (--memory): RocksDB block cache, "
             "filters, index blocks and memtables.", registry=r)

@@ -17,7 +17,7 @@ Architecture
 Stage 1 (:mod:`.app`) is stateless CPU work and runs on every worker for the input partitions it
 owns.  It is at-least-once: a batch's input offsets are acked after its records are acknowledged
 by Kafka (``acks=all``), so after a crash some records are sent again.  Stage 2
-(:mod:`.decisions`, run by :mod:`.decision_process`) is exactly-once: it consumes the single
+(:mod:`.decisions`, run by :mod:`.stage_process`) is exactly-once: it consumes the single
 signatures partition with ``read_committed``, and commits events, dead letters and its consumed
 offsets in one transaction with a stable ``transactional.id`` (a new owner fences an old one).
 Receipts stored in the index with each decision make it answer each *input* record once, even
@@ -37,7 +37,7 @@ import gc
 import logging
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from stream_dedup.config import EngineConfig, ServiceConfig, redacted
 from stream_dedup.gc_tuning import relax_collector
@@ -192,6 +192,8 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
         return 130
     log.info("dead letters larger than %d bytes are written as references", budget)
 
+    if service.stage1_client != "faust":
+        return _run_stages(loop, http, service, engine, budget)
     worker = DedupWorker(service, engine, dlq_budget=budget, log_format=LOG_FORMAT)
     http.registry, http.liveness, http.readiness = worker.registry, worker.liveness, worker.readiness
     code = 0
@@ -215,5 +217,32 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
             log.exception("closing the worker failed")
     if worker.fatal is not None or worker.app.crash_reason is not None:
         return code or 1
+    log.info("worker stopped (exit code %d)", code)
+    return code
+
+
+def _run_stages(loop: asyncio.AbstractEventLoop, http: Any, service: ServiceConfig, engine: EngineConfig,
+                budget: int) -> int:
+    """``--stage1-client confluent``: the stage processes, watched until SIGTERM/SIGINT or a fatal error."""
+    import signal
+
+    from .supervisor import StageWorker
+
+    worker = StageWorker(service, engine, dlq_budget=budget, log_format=LOG_FORMAT)
+    http.registry, http.liveness, http.readiness = worker.registry, worker.liveness, worker.readiness
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    code = 1
+    try:
+        worker.start()
+        code = loop.run_until_complete(worker.run(stop))
+    finally:
+        log.info("stopping the stages")
+        try:
+            worker.close()
+        except Exception:  # noqa: BLE001
+            log.exception("closing the worker failed")
+        loop.run_until_complete(http.stop())
     log.info("worker stopped (exit code %d)", code)
     return code

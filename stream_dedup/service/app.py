@@ -11,7 +11,7 @@ an offset whose signature is not durable.  A failed send crashes the app without
 records are redelivered after restart, and the decision stage answers each input record once
 (:mod:`.decisions`).
 
-The decision stage runs in a child process (:mod:`.decision_process`), watched by a timer.
+The decision stage runs in a child process (:mod:`.stage_process`), watched by a timer.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
 
 from . import kafka_config, stage1
-from .decision_process import DecisionProcess, merge_families
 from .faust_app import make_faust_app
 from .ordering import OrderBuffer
 from .producer import AsyncProducer, producer_config
 from .serialization import reject_record
+from .stage_process import StageProcess, merge_families
 
 log = logging.getLogger("stream_dedup.service")
 
@@ -109,7 +109,7 @@ class DedupWorker:
         self.producer = AsyncProducer(producer_config(self.client_conf, PRODUCER_LINGER))
         # stage-1 CPU work in child processes, started (and warmed up) now
         self.pool = stage1.ComputePool(engine, service.fingerprint_processes)
-        self.decisions = DecisionProcess(service, engine, dlq_budget, log_format)
+        self.decisions = StageProcess(service, engine, dlq_budget, log_format)
         self.decisions.on_restart = self.metrics.decision_stage_restarts.inc
         self.decisions.start()
         # /metrics serves this worker's families merged with the decision stage's

@@ -1,6 +1,6 @@
 """Stage 2, the decision stage: one transactional consume -> decide -> produce loop.
 
-It runs in its own process (:mod:`.decision_process`) with confluent-kafka (librdkafka), not
+It runs in its own process (:mod:`.stage_process`) with confluent-kafka (librdkafka), not
 Faust: Faust's exactly-once mode has open bugs and its per-message machinery cost most of the
 worker's time.  One loop iteration is one Kafka transaction::
 

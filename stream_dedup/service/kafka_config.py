@@ -55,6 +55,10 @@ def _mechanism(service: ServiceConfig) -> str:
     return mechanism
 
 
+#: the clients stage 1 can consume articles with (``--stage1-client``)
+STAGE1_CLIENTS = ("confluent", "faust")
+
+
 def validate(service: ServiceConfig) -> None:
     """Raise :class:`KafkaConfigError` for settings no client could use."""
     protocol = _protocol(service)
@@ -64,6 +68,8 @@ def validate(service: ServiceConfig) -> None:
             raise KafkaConfigError(f"security_protocol={protocol} needs sasl_username (and sasl_password)")
     if not service.bootstrap_servers.strip():
         raise KafkaConfigError("bootstrap_servers is empty")
+    if service.stage1_client not in STAGE1_CLIENTS:
+        raise KafkaConfigError(f"stage1_client must be one of {', '.join(STAGE1_CLIENTS)}, not {service.stage1_client!r}")
 
 
 def bootstrap_list(service: ServiceConfig) -> list[str]:
@@ -171,6 +177,32 @@ def service_client_config(service: ServiceConfig, **extra: Any) -> dict[str, Any
     its ``error_cb`` and ``/readyz`` instead.
     """
     return confluent_config(service, **{"log_level": 2, **extra})
+
+
+def stage1_consumer_config(service: ServiceConfig, client_conf: dict[str, Any], member: int = 0,
+                           **callbacks: Any) -> dict[str, Any]:
+    """Stage 1's consumer (``--stage1-client confluent``): the group ``<app_id>`` that Faust's stage 1 uses
+    too (its committed offsets carry over), offsets stored by the stage once their signatures are
+    acknowledged and committed by librdkafka every ``--commit-interval``."""
+    return {
+        **client_conf,
+        "group.id": service.app_id,
+        "enable.auto.commit": True,
+        "auto.commit.interval.ms": max(100, int(service.commit_interval * 1000)),
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "partition.assignment.strategy": "range",
+        # static membership: a restarted worker gets its partitions back at once
+        "group.instance.id": instance_id(service) + (f"-{member}" if member else ""),
+        "session.timeout.ms": int(service.session_timeout * 1000),
+        "heartbeat.interval.ms": max(500, min(3000, int(service.session_timeout * 1000 / 5))),
+        "max.poll.interval.ms": 600_000,
+        # a fetch parked on the broker returns when any owned partition has a record
+        "fetch.wait.max.ms": 100,
+        # records fetched ahead and not yet consumed, per partition: bounds the memory of a backlog
+        "queued.max.messages.kbytes": 16384,
+        **callbacks,
+    }
 
 
 def decisions_group(service: ServiceConfig) -> str:

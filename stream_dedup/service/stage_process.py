@@ -1,15 +1,17 @@
-"""The decision stage's process: started, watched and restarted by the worker.
+"""A stage's process: started, watched and restarted by the worker.
 
-The decision stage (:mod:`.decisions`) runs in a child process of the worker, so that it has a
-core (and a GIL) of its own beside Faust's event loop.  The child sends the worker a snapshot
-every half second over a pipe: its status (for ``/readyz``) and, every second, its metric families
-(served on the worker's ``/metrics``).  It dies with the worker (``PR_SET_PDEATHSIG`` and a parent check),
-so a SIGKILLed worker never leaves a stage behind that holds the index's lock.
+The decision stage (:mod:`.decisions`) and, with ``--stage1-client confluent``, stage 1
+(:mod:`.fingerprint_stage`) each run in a child process of the worker, so that each has a core
+(and a GIL) of its own.  A child sends the worker a snapshot every half second over a pipe: its
+status (for ``/readyz``) and, every second, its metric families (served on the worker's
+``/metrics``).  It dies with the worker (``PR_SET_PDEATHSIG`` and a parent check), so a SIGKILLed
+worker never leaves a stage behind that holds the index's lock or a group membership.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import logging
 import multiprocessing
@@ -31,8 +33,14 @@ METRICS_INTERVAL = 1.0
 #: restarts of a failing stage allowed within RESTART_WINDOW seconds before the worker gives up
 MAX_RESTARTS = 5
 RESTART_WINDOW = 120.0
-#: metric families the worker itself owns (never taken from the child)
-PARENT_ONLY = frozenset({"stream_dedup_ready", "stream_dedup_decision_stage_restarts", "stream_dedup_order_buffer_records"})
+#: metric families the worker itself owns (never taken from a child)
+PARENT_ONLY = frozenset({"stream_dedup_ready", "stream_dedup_decision_stage_restarts",
+                         "stream_dedup_stage1_restarts"})
+#: the stages a child can run: their name in logs, and the families only other processes own
+DECISIONS, FINGERPRINT = "decisions", "fingerprint"
+LABELS = {DECISIONS: "decision stage", FINGERPRINT: "stage 1"}
+#: stage 1's child owns only these families (its other ones stay at zero)
+FINGERPRINT_FAMILIES = frozenset({"stream_dedup_order_buffer_records", "stream_dedup_consumer_lag_messages"})
 
 
 def _die_with_parent() -> None:
@@ -43,8 +51,18 @@ def _die_with_parent() -> None:
         pass
 
 
-def child_main(service: ServiceConfig, engine: EngineConfig, conn: Any, parent_pid: int, budget: int,
-               log_format: str) -> None:
+def _build(kind: str, service: ServiceConfig, engine: EngineConfig, metrics: Any, budget: int, member: int) -> Any:
+    if kind == DECISIONS:
+        from .decisions import DecisionStage
+
+        return DecisionStage(service, engine, metrics, dlq_budget=budget)
+    from .fingerprint_stage import FingerprintStage
+
+    return FingerprintStage(service, engine, metrics, dlq_budget=budget, member=member)
+
+
+def child_main(kind: str, member: int, service: ServiceConfig, engine: EngineConfig, conn: Any, parent_pid: int,
+               budget: int, log_format: str) -> None:
     _die_with_parent()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(log_format))
@@ -53,15 +71,14 @@ def child_main(service: ServiceConfig, engine: EngineConfig, conn: Any, parent_p
     root.setLevel(service.log_level.upper())
     from stream_dedup.metrics import Metrics
 
-    from .decisions import DecisionStage
-
     metrics = Metrics()
+    label = LABELS[kind]
     try:
-        stage = DecisionStage(service, engine, metrics, dlq_budget=budget)
+        stage = _build(kind, service, engine, metrics, budget, member)
     except Exception as exc:  # noqa: BLE001 - reported to the worker, which decides what to do
-        log.error("decision stage cannot start: %s", exc)
+        log.error("%s cannot start: %s", label, exc)
         with contextlib.suppress(OSError):
-            conn.send({"status": {"state": "failed", "reasons": [f"decision stage cannot start: {exc}"]}})
+            conn.send({"status": {"state": "failed", "reasons": [f"{label} cannot start: {exc}"]}})
         sys.exit(2)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stage.stop())
@@ -70,7 +87,7 @@ def child_main(service: ServiceConfig, engine: EngineConfig, conn: Any, parent_p
         last_metrics = 0.0
         while True:
             if os.getppid() != parent_pid:
-                log.error("the worker is gone: stopping the decision stage")
+                log.error("the worker is gone: stopping the %s", label)
                 os._exit(1)
             msg: dict[str, Any] = {"status": stage.status()}
             if time.monotonic() - last_metrics >= METRICS_INTERVAL:
@@ -89,14 +106,16 @@ def child_main(service: ServiceConfig, engine: EngineConfig, conn: Any, parent_p
     sys.exit(code)
 
 
-class DecisionProcess:
-    """The worker's handle on the child: its last status and metric families."""
+class StageProcess:
+    """The worker's handle on a child running stage ``kind``: its last status and metric families."""
 
-    def __init__(self, service: ServiceConfig, engine: EngineConfig, budget: int, log_format: str) -> None:
+    def __init__(self, service: ServiceConfig, engine: EngineConfig, budget: int, log_format: str,
+                 kind: str = DECISIONS, member: int = 0) -> None:
         self.service, self.engine, self.budget, self.log_format = service, engine, budget, log_format
+        self.kind, self.member, self.label = kind, member, LABELS[kind]
         self.proc: multiprocessing.process.BaseProcess | None = None
         self.conn: Any = None
-        self.status: dict[str, Any] = {"state": "starting", "reasons": ["decision stage starting"]}
+        self.status: dict[str, Any] = {"state": "starting", "reasons": [f"{self.label} starting"]}
         self.families: list[Any] = []
         self.restarts: list[float] = []
         self.stopping = False
@@ -105,14 +124,15 @@ class DecisionProcess:
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=child_main, name="stream-dedup-decisions",
-                                args=(self.service, self.engine, child, os.getpid(), self.budget,
-                                      self.log_format))
+        name = "stream-dedup-decisions" if self.kind == DECISIONS else f"stream-dedup-stage1-{self.member}"
+        self.proc = ctx.Process(target=child_main, name=name,
+                                args=(self.kind, self.member, self.service, self.engine, child, os.getpid(),
+                                      self.budget, self.log_format))
         self.proc.start()
         child.close()
         self.conn = parent
-        self.status = {"state": "starting", "reasons": ["decision stage starting"]}
-        log.info("decision stage started (pid %d)", self.proc.pid)
+        self.status = {"state": "starting", "reasons": [f"{self.label} starting"]}
+        log.info("%s started (pid %d)", self.label, self.proc.pid)
 
     def drain(self) -> dict[str, Any]:
         """Read the snapshots the child has sent; returns its latest status."""
@@ -135,8 +155,8 @@ class DecisionProcess:
         now = time.monotonic()
         self.restarts = [t for t in self.restarts if now - t < RESTART_WINDOW] + [now]
         if len(self.restarts) > MAX_RESTARTS:
-            return f"the decision stage failed {len(self.restarts)} times in {RESTART_WINDOW:.0f} s (exit code {code})"
-        log.error("decision stage exited with code %s: restarting it", code)
+            return f"the {self.label} failed {len(self.restarts)} times in {RESTART_WINDOW:.0f} s (exit code {code})"
+        log.error("%s exited with code %s: restarting it", self.label, code)
         if self.on_restart is not None:
             self.on_restart()
         self.start()
@@ -144,29 +164,35 @@ class DecisionProcess:
 
     def collect(self) -> Any:
         self.drain()
-        return [f for f in self.families if f.name not in PARENT_ONLY]
+        if self.kind == FINGERPRINT:
+            return [f for f in self.families if f.name in FINGERPRINT_FAMILIES]
+        return [f for f in self.families if f.name not in PARENT_ONLY and f.name != "stream_dedup_order_buffer_records"]
 
     def stop(self, timeout: float = 30.0) -> None:
         self.stopping = True
         if self.proc is None:
             return
         if self.proc.is_alive():
-            self.proc.terminate()  # SIGTERM: the stage finishes its transaction and closes the index
+            self.proc.terminate()  # SIGTERM: the stage finishes its transaction (or its sends) and closes
             self.proc.join(timeout)
         if self.proc.is_alive():
-            log.error("decision stage did not stop in %.0f s: killing it", timeout)
+            log.error("%s did not stop in %.0f s: killing it", self.label, timeout)
             self.proc.kill()
             self.proc.join(5)
         self.poll()
 
 
 def merge_families(own: list[Any], child: list[Any]) -> list[Any]:
-    """The worker's metric families with the child's samples added (the child's win on the same sample)."""
+    """The worker's metric families with the child's samples added (the child's win on the same sample).
+
+    Neither list is changed (a child's families are kept until its next snapshot).
+    """
     by_name = {f.name: f for f in own}
     out = []
     for family in child:
         mine = by_name.pop(family.name, None)
         if mine is not None:
+            family = copy.copy(family)
             keys = {(s.name, tuple(sorted(s.labels.items()))) for s in family.samples}
             family.samples = [s for s in mine.samples
                               if (s.name, tuple(sorted(s.labels.items()))) not in keys] + list(family.samples)
