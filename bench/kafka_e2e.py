@@ -383,9 +383,10 @@ def decision_stage_rate(bootstrap: str, admin, sigs: list[tuple[str, bytes]], ex
 def cpu_by_process(worker_pid: int) -> dict[str, float]:
     """CPU seconds so far of each process on the latency path, by role (what shares the cores).
 
-    The worker's children are told apart by their threads: the decision stage runs librdkafka
-    (threads named ``rdk:...``), the fingerprint process does not. The broker counts when it runs
-    on this machine (a ``kafka.Kafka`` process).
+    The worker's children are told apart by the name of their main thread (``sd-decisions``,
+    ``sd-stage1-N``; :func:`stream_dedup.service.stage_process.thread_name`); with
+    ``--stage1-client faust`` a child without one is the fingerprint process. The broker counts when it runs on this
+    machine (a ``kafka.Kafka`` process).
     """
     import psutil
 
@@ -396,15 +397,20 @@ def cpu_by_process(worker_pid: int) -> dict[str, float]:
     out: dict[str, float] = {}
     try:
         worker = psutil.Process(worker_pid)
-        out["worker event loop (Faust)"] = seconds(worker)
-        for child in worker.children(recursive=True):
-            comms = []
-            for t in child.threads():
-                try:
-                    comms.append(Path(f"/proc/{child.pid}/task/{t.id}/comm").read_text())
-                except OSError:
-                    pass
-            role = "decision stage" if any(c.startswith("rdk:") for c in comms) else "fingerprint process"
+        children = worker.children(recursive=True)
+        names = {}
+        for child in children:
+            try:
+                names[child.pid] = Path(f"/proc/{child.pid}/comm").read_text().strip()
+            except OSError:
+                names[child.pid] = ""
+        faust = not any(n.startswith("sd-stage1") for n in names.values())
+        out["worker event loop (Faust)" if faust else "worker main process (HTTP, watching)"] = seconds(worker)
+        for child in children:
+            name = names[child.pid]
+            role = ("decision stage" if name == "sd-decisions" else
+                    "stage 1 (consume, fingerprint, send)" if name.startswith("sd-stage1") else
+                    "fingerprint process" if faust else "other (multiprocessing's resource tracker)")
             out[role] = out.get(role, 0.0) + seconds(child)
     except psutil.Error:
         pass

@@ -43,12 +43,19 @@ LABELS = {DECISIONS: "decision stage", FINGERPRINT: "stage 1"}
 FINGERPRINT_FAMILIES = frozenset({"stream_dedup_order_buffer_records", "stream_dedup_consumer_lag_messages"})
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(name: str) -> None:
+    """Die with the worker; and be named ``name`` in ``top``/``ps -L`` (the process's main thread)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
     except OSError:  # not Linux: the parent check in the snapshot thread covers it
         pass
+
+
+def thread_name(kind: str, member: int) -> str:
+    """The name a stage's process gives its main thread: ``sd-decisions``, ``sd-stage1-0``, ..."""
+    return "sd-decisions" if kind == DECISIONS else f"sd-stage1-{member}"
 
 
 def _build(kind: str, service: ServiceConfig, engine: EngineConfig, metrics: Any, budget: int, member: int) -> Any:
@@ -63,7 +70,7 @@ def _build(kind: str, service: ServiceConfig, engine: EngineConfig, metrics: Any
 
 def child_main(kind: str, member: int, service: ServiceConfig, engine: EngineConfig, conn: Any, parent_pid: int,
                budget: int, log_format: str) -> None:
-    _die_with_parent()
+    _die_with_parent(thread_name(kind, member))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(log_format))
     root = logging.getLogger()
