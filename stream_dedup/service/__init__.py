@@ -1,23 +1,31 @@
-"""The streaming service: a Faust (faust-streaming) worker around the engine.
+"""The streaming service: the Kafka worker around the engine.
 
 Architecture
 ============
 
 ::
 
-      producers            every worker: Faust app (main process)        one worker: decision process
+      producers        every worker: stage-1 process(es)             one worker: decision process
     ─────────────┐   ┌──────────────────────────────────────────┐    ┌──────────────────────────────────┐
-     articles    │   │ stage 1  (agent on the input topic)      │    │ stage 2 (confluent-kafka, its own│
-     P partitions├──►│ parse_record -> Fingerprinter (child)    │───►│ process): per batch ONE Kafka    │
-    ─────────────┘   │  ok  -> signature record                 │    │ transaction: decide on RocksDB,  │
-                     │  bad -> reject record (original bytes)   │    │ produce events + dead letters,   │
-                     └──────────────────────────────────────────┘    │ commit the signature offsets     │
-                                       articles.signatures (1 partition) └──────────────────────────────────┘
+     articles    │   │ stage 1 (confluent-kafka, or a Faust     │    │ stage 2 (confluent-kafka, its own│
+     P partitions├──►│ agent): merge partitions by timestamp,   │───►│ process): per batch ONE Kafka    │
+    ─────────────┘   │ parse_record -> Fingerprinter            │    │ transaction: decide on RocksDB,  │
+                     │  ok  -> signature record                 │    │ produce events + dead letters,   │
+                     │  bad -> reject record (original bytes)   │    │ commit the signature offsets     │
+                     └──────────────────────────────────────────┘    └──────────────────────────────────┘
+                                       articles.signatures (1 partition)
 
-Stage 1 (:mod:`.app`) is stateless CPU work and runs on every worker for the input partitions it
-owns.  It is at-least-once: a batch's input offsets are acked after its records are acknowledged
-by Kafka (``acks=all``), so after a crash some records are sent again.  Stage 2
-(:mod:`.decisions`, run by :mod:`.stage_process`) is exactly-once: it consumes the single
+The worker's main process (:mod:`.supervisor`) starts the stage processes (:mod:`.stage_process`),
+restarts one that exits and serves ``/metrics``, ``/healthz`` and ``/readyz``.  With
+``--stage1-client faust`` stage 1 is a Faust agent in the main process instead (:mod:`.app`,
+:mod:`.faust_app`), fingerprinting in a child process: the design card's stream processor, kept
+selectable, but its per-message path costs ~160 µs of CPU per record against ~2.5 µs for
+confluent-kafka (``bench/consume_cost.py``), so the default is :mod:`.fingerprint_stage`.
+
+Stage 1 is stateless CPU work and runs on every worker for the input partitions it owns.  It is
+at-least-once: a batch's input offsets are committed only after its records are acknowledged by
+Kafka (``acks=all``), so after a crash some records are sent again.  Stage 2
+(:mod:`.decisions`) is exactly-once: it consumes the single
 signatures partition with ``read_committed``, and commits events, dead letters and its consumed
 offsets in one transaction with a stable ``transactional.id`` (a new owner fences an old one).
 Receipts stored in the index with each decision make it answer each *input* record once, even

@@ -1,6 +1,6 @@
-"""The Faust app (stage 1), the decision-stage process (stage 2), readiness and metrics.
+"""``--stage1-client faust``: the Faust app (stage 1), the decision-stage process (stage 2), readiness and metrics.
 
-See :mod:`stream_dedup.service` for the design.  :class:`DedupWorker` builds one
+See :mod:`stream_dedup.service` for the design; the default stage 1 is :mod:`.fingerprint_stage`.  :class:`DedupWorker` builds one
 ``faust.App`` with one agent, ``stage1``, on the input topic (all partitions, every worker):
 raw bytes -> ``parse_record`` -> ``Fingerprinter.fingerprint`` -> a signature record on the
 single-partition signatures topic; a bad record becomes a *reject record* on the same topic,

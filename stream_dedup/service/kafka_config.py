@@ -2,11 +2,12 @@
 
 The worker talks to Kafka through two libraries:
 
-* **Faust / aiokafka** for stage 1's consumer group (the producers are librdkafka's);
-* **confluent-kafka** for the decision stage (transactional consume -> produce), the admin work
-  (create topics, topic limits, broker probe) and the catch-up replay of the signatures topic.
-  The decision stage's own consumer and producer settings are here too
-  (:func:`decisions_consumer_config`, :func:`transactional_producer_config`).
+* **confluent-kafka** for stage 1 (:func:`stage1_consumer_config`; the default
+  ``--stage1-client confluent``), the decision stage (transactional consume -> produce:
+  :func:`decisions_consumer_config`, :func:`transactional_producer_config`), the admin work
+  (create topics, topic limits, broker probe) and the catch-up replay of the signatures topic;
+* **Faust / aiokafka** for stage 1's consumer group with ``--stage1-client faust`` (its
+  producers are librdkafka's).
 
 Both get the same security settings from ``ServiceConfig``:
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import gc
 import logging
 import multiprocessing
 import os
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stream_dedup.config import EngineConfig, ServiceConfig
+from stream_dedup.gc_tuning import relax_collector
 
 log = logging.getLogger("stream_dedup.service")
 
@@ -107,6 +109,8 @@ def child_main(kind: str, member: int, service: ServiceConfig, engine: EngineCon
             time.sleep(SNAPSHOT_INTERVAL)
 
     threading.Thread(target=snapshots, name="stream-dedup-snapshots", daemon=True).start()
+    gc.collect()  # what the start-up left; the rest of the start-up heap is frozen, as in the worker
+    relax_collector()
     code = stage.run()
     with contextlib.suppress(OSError, ValueError):
         conn.send({"status": stage.status(), "metrics": list(metrics.registry.collect())})

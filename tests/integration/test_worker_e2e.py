@@ -32,8 +32,9 @@ def score(decisions: dict[str, tuple[str, str | None]], order: list[str], cluste
     return (right / claimed if claimed else 1.0), (right / true_dups if true_dups else 1.0)
 
 
+@pytest.mark.parametrize("stage1_client", ["confluent", "faust"])
 def test_news_stream_end_to_end_matches_embedded_engine(kio, kafka_topics, worker_topics, start_worker,
-                                                        tmp_path):
+                                                        tmp_path, stage1_client):
     from stream_dedup.config import EngineConfig
     from stream_dedup.engine import Deduplicator
     from stream_dedup.record import parse_record
@@ -43,7 +44,7 @@ def test_news_stream_end_to_end_matches_embedded_engine(kio, kafka_topics, worke
     cluster = {row["id"]: row["cluster"] for row in truth}
     t = worker_topics
     kafka_topics([t.input], partitions=PARTITIONS)
-    w = start_worker(t)
+    w = start_worker(t, stage1_client=stage1_client)
     w.wait_ready(timeout=90)
     kio.produce(t.input, [(aid.encode(), line, None) for aid, line in zip(ids, lines, strict=True)])
 

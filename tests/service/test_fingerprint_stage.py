@@ -1,0 +1,93 @@
+"""Stage 1's offset bookkeeping: an input offset is stored only once its signature records, and those
+of every batch before, are acknowledged; nothing is stored after a failed delivery or for a
+partition no longer owned.  (The loop itself runs against a real broker in tests/integration.)"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from confluent_kafka import KafkaError
+
+from stream_dedup.service.fingerprint_stage import FingerprintStage, _Sent
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.stored: list[list[tuple[int, int]]] = []
+
+    def store_offsets(self, offsets) -> None:
+        self.stored.append(sorted((tp.partition, tp.offset) for tp in offsets))
+
+
+class _Producer:
+    def __init__(self, left: int = 0) -> None:
+        self.left = left
+
+    def flush(self, timeout: float) -> int:
+        return self.left
+
+
+class _Msg:
+    def topic(self) -> str:
+        return "articles.signatures"
+
+
+def _stage(owned=(0, 1, 2)) -> FingerprintStage:
+    stage = object.__new__(FingerprintStage)
+    stage.topic = "articles"
+    stage.owned = set(owned)
+    stage.pending = deque()
+    stage.consumer = _Consumer()
+    stage.producer = _Producer()
+    stage.fatal = None
+    stage.broker_error = None
+    return stage
+
+
+def _batch(stage: FingerprintStage, n: int, offsets: dict[int, int]) -> _Sent:
+    sent = _Sent(stage, n, offsets)
+    stage.pending.append(sent)
+    return sent
+
+
+def test_offsets_are_stored_in_batch_order_once_every_record_is_acknowledged() -> None:
+    stage = _stage()
+    first = _batch(stage, 2, {0: 10, 1: 4})
+    second = _batch(stage, 1, {0: 12})
+    second.delivered(None, _Msg())  # the later batch first: nothing may be stored yet
+    assert stage.consumer.stored == []
+    first.delivered(None, _Msg())
+    assert stage.consumer.stored == []  # one of its two records is still in flight
+    first.delivered(None, _Msg())
+    # both batches at once, the later offset of partition 0 winning; the next offset to read is stored
+    assert stage.consumer.stored == [[(0, 13), (1, 5)]]
+    assert not stage.pending
+
+
+def test_a_failed_delivery_stops_every_store_and_makes_the_stage_fatal() -> None:
+    stage = _stage()
+    first = _batch(stage, 2, {0: 10})
+    second = _batch(stage, 1, {1: 3})
+    first.delivered(KafkaError(KafkaError._MSG_TIMED_OUT), _Msg())
+    assert stage.fatal and "not delivered" in stage.fatal
+    first.delivered(None, _Msg())
+    second.delivered(None, _Msg())
+    assert stage.consumer.stored == []
+
+
+def test_offsets_of_partitions_no_longer_owned_are_not_stored() -> None:
+    stage = _stage(owned=(1,))
+    sent = _batch(stage, 2, {0: 7, 1: 8})
+    sent.delivered(None, _Msg())
+    sent.delivered(None, _Msg())
+    assert stage.consumer.stored == [[(1, 9)]]
+
+
+def test_drain_drops_what_was_not_acknowledged_in_time() -> None:
+    stage = _stage()
+    stage.producer = _Producer(left=1)
+    sent = _batch(stage, 1, {0: 5})
+    stage._drain(0.01)
+    assert not stage.pending
+    sent.delivered(None, _Msg())  # acknowledged after the revocation gave up on it
+    assert stage.consumer.stored == []
