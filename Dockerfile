@@ -59,7 +59,7 @@ RUN groupadd --system --gid 10001 stream-dedup \
 
 COPY --from=builder /opt/venv /opt/venv
 
-# RocksDB index and Faust tables.  Created before VOLUME so a fresh named volume inherits
+# The RocksDB index and the instance id.  Created before VOLUME so a fresh named volume inherits
 # the ownership of uid 10001.
 VOLUME /data
 WORKDIR /data
