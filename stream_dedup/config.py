@@ -224,14 +224,15 @@ class ServiceConfig:
 
     bootstrap_servers: str = _opt(
         "127.0.0.1:9092", "Kafka bootstrap servers (comma separated).", env="KAFKA_BOOTSTRAP_SERVERS")
-    app_id: str = _opt("stream-dedup", "Faust app id; also the consumer group id and topic prefix of internal topics.")
+    app_id: str = _opt("stream-dedup", "App id: stage 1's consumer group id (the decision stage's is <app-id>.decisions) "
+                       "and the prefix of the decision stage's transactional id.")
     input_topic: str = _opt("articles", "Topic the articles are read from.")
     new_topic: str = _opt("articles.new", "Topic that receives 'new' events.")
     duplicates_topic: str = _opt("articles.duplicates", "Topic that receives 'duplicate-of' events.")
     dlq_topic: str = _opt("articles.dlq", "Dead-letter topic for records that cannot be processed.")
     signatures_topic: str = _opt(
         "articles.signatures", "Internal single-partition topic feeding the ordered decision stage.")
-    data_dir: str = _opt("./data", "Directory for the worker's RocksDB state (index and Faust tables).")
+    data_dir: str = _opt("./data", "Directory for the worker's RocksDB state (the index) and its instance id.")
     metrics_port: int = _opt(9108, "Port of the HTTP server for /metrics, /healthz and /readyz.")
     metrics_host: str = _opt("0.0.0.0", "Address the metrics/health HTTP server binds to.")
     security_protocol: str = _opt(
