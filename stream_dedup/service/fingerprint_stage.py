@@ -64,6 +64,20 @@ def _is_fatal(err: KafkaError) -> bool:
     return err.fatal() or err.code() == KafkaError._FATAL
 
 
+#: client errors that mean the broker cannot be reached (cleared once it answers again); any other
+#: error (the group refused us, authorisation) stands until the stage is assigned or records flow
+UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
+                         KafkaError._TIMED_OUT, KafkaError.NETWORK_EXCEPTION})
+
+
+def describe_error(err: KafkaError, group: str) -> str:
+    """What ``/readyz`` and the log say of a client error (the usual cause where there is one)."""
+    if err.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+        return (f"stage 1 cannot join the consumer group {group!r}: its other members use another "
+                "--stage1-client (stop every worker of this app id to switch)")
+    return f"stage 1: {err.str()}"
+
+
 class _Sent:
     """One produced batch: its delivery reports still to come and the input offsets it covers."""
 
@@ -100,7 +114,8 @@ class FingerprintStage:
         self.pending: deque[_Sent] = deque()
         self.assigned_once = False
         self.state = "joining the group"
-        self.broker_error: str | None = None
+        self.broker_error: str | None = None  # the broker cannot be reached
+        self.client_error: str | None = None  # any other client error (e.g. the group refused us)
         self.client_fatal: str | None = None
         self.fatal: str | None = None
         self._stop = threading.Event()
@@ -121,6 +136,8 @@ class FingerprintStage:
             reasons.append(f"stage 1 failed: {self.fatal}")
         if self.broker_error:
             reasons.append(f"cannot reach the broker: {self.broker_error}")
+        if self.client_error:
+            reasons.append(self.client_error)
         if not self.assigned_once:
             reasons.append("waiting for the first partition assignment")
         return {"state": self.state, "assigned": sorted(f"{self.topic}-{p}" for p in self.owned),
@@ -169,9 +186,9 @@ class FingerprintStage:
             elif _is_fatal(err):
                 self.client_fatal = str(err)
             elif err.code() != KafkaError._PARTITION_EOF:
-                self._broker_trouble(str(err))
-        if good and self.broker_error is not None:
-            self._broker_back()
+                self._client_trouble(err)
+        if good:
+            self._flowing()
         return good
 
     @staticmethod
@@ -237,8 +254,7 @@ class FingerprintStage:
                 self.consumer.store_offsets(offsets=owned)
             except KafkaException as exc:  # revoked meanwhile: its next owner reads them again
                 log.debug("store_offsets: %s", exc)
-        if self.broker_error is not None:
-            self._broker_back()
+        self._flowing()
 
     def _failed(self, err: KafkaError, msg: Any) -> None:
         """A signature record was not delivered: stop storing, exit (the records are read again)."""
@@ -272,6 +288,9 @@ class FingerprintStage:
             except KafkaException as exc:
                 log.debug("committed offsets: %s", exc)
         self.assigned_once = True
+        if self.client_error is not None:
+            log.info("stage 1: joined the group")
+            self.client_error = None
         self.state = "consuming" if self.owned else "standby"
         log.info("stage 1: assigned %d input partitions%s", len(self.owned),
                  "" if self.owned else ": standby (more workers than partitions)")
@@ -333,14 +352,29 @@ class FingerprintStage:
                 pass
         self._lag_labels = labels
 
-    def _broker_trouble(self, message: str) -> None:
-        if self.broker_error != message:
-            log.warning("stage 1: %s (retrying)", message)
-        self.broker_error = message
+    def _client_trouble(self, err: KafkaError) -> None:
+        """Note a client error: logged once per change, shown on ``/readyz`` until it is over."""
+        if err.code() in UNREACHABLE:
+            if self.broker_error != str(err):
+                log.warning("stage 1: %s (retrying)", err)
+            self.broker_error = str(err)
+            return
+        message = describe_error(err, self.service.app_id)
+        if self.client_error != message:
+            log.warning("%s (retrying)", message)
+        self.client_error = message
 
     def _broker_back(self) -> None:
-        log.info("stage 1: the broker answers again")
-        self.broker_error = None
+        if self.broker_error is not None:
+            log.info("stage 1: the broker answers again")
+            self.broker_error = None
+
+    def _flowing(self) -> None:
+        """Records flow: whatever client error stood is over."""
+        self._broker_back()
+        if self.client_error is not None:
+            log.info("stage 1: records flow again")
+            self.client_error = None
 
     def _recheck_broker(self) -> None:
         """While an error stands and no record flows, ask the broker now and then whether it answers."""
@@ -359,7 +393,7 @@ class FingerprintStage:
             log.error("fatal Kafka error: %s", err)
             self.client_fatal = str(err)
             return
-        self._broker_trouble(str(err))
+        self._client_trouble(err)
 
     def _close(self, clean: bool) -> None:
         """Send nothing more; on a clean stop wait for the records in flight and commit their offsets."""

@@ -11,6 +11,10 @@ from confluent_kafka import KafkaError
 from stream_dedup.service.fingerprint_stage import FingerprintStage, _Sent
 
 
+class _Service:
+    app_id = "news-dedup"
+
+
 class _Consumer:
     def __init__(self) -> None:
         self.stored: list[list[tuple[int, int]]] = []
@@ -33,14 +37,19 @@ class _Msg:
 
 
 def _stage(owned=(0, 1, 2)) -> FingerprintStage:
+    from stream_dedup.service.ordering import OrderBuffer
+
     stage = object.__new__(FingerprintStage)
+    stage.order = OrderBuffer(0.3)
     stage.topic = "articles"
     stage.owned = set(owned)
     stage.pending = deque()
     stage.consumer = _Consumer()
     stage.producer = _Producer()
     stage.fatal = None
-    stage.broker_error = None
+    stage.broker_error = stage.client_error = None
+    stage.service, stage.out_topic, stage._next_check = _Service(), "articles.signatures", 0.0
+    stage.assigned_once, stage.state = False, "joining the group"
     return stage
 
 
@@ -91,3 +100,42 @@ def test_drain_drops_what_was_not_acknowledged_in_time() -> None:
     assert not stage.pending
     sent.delivered(None, _Msg())  # acknowledged after the revocation gave up on it
     assert stage.consumer.stored == []
+
+
+def test_a_refused_join_is_reported_once_and_not_cleared_by_a_broker_that_answers(caplog) -> None:
+    stage = _stage()
+
+    class _Answers:
+        def list_topics(self, topic, timeout):
+            return None
+
+    stage.producer = _Answers()
+    refused = KafkaError(KafkaError.INCONSISTENT_GROUP_PROTOCOL, "JoinGroup failed")
+    for _ in range(3):  # librdkafka reports it at every retry of the join
+        stage._on_error(refused)
+        stage._recheck_broker()
+    reason = stage.client_error
+    assert "cannot join the consumer group 'news-dedup'" in reason and "--stage1-client" in reason
+    assert stage.broker_error is None
+    assert sum("cannot join" in r.message for r in caplog.records) == 1
+    stage._on_assign(_NoCommitted(), [])
+    assert stage.client_error is None
+
+
+def test_an_unreachable_broker_is_cleared_once_it_answers() -> None:
+    stage = _stage()
+
+    class _Answers:
+        def list_topics(self, topic, timeout):
+            return None
+
+    stage.producer = _Answers()
+    stage._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert stage.broker_error is not None and stage.client_error is None
+    stage._recheck_broker()
+    assert stage.broker_error is None
+
+
+class _NoCommitted:
+    def committed(self, partitions, timeout):
+        return []
