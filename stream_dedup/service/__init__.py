@@ -161,10 +161,7 @@ def _prepare_topics(client_conf: dict, service: ServiceConfig, engine: EngineCon
 
 def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
     """Run the worker until SIGTERM/SIGINT (exit code 0) or a fatal error (non-zero). Blocking."""
-    import faust
-
     from . import kafka_config
-    from .app import DedupWorker
     from .http import HealthServer
     from .topics import TopicError, dlq_budget
 
@@ -202,6 +199,10 @@ def run_worker(service: ServiceConfig, engine: EngineConfig) -> int:
 
     if service.stage1_client != "faust":
         return _run_stages(loop, http, service, engine, budget)
+    import faust
+
+    from .app import DedupWorker
+
     worker = DedupWorker(service, engine, dlq_budget=budget, log_format=LOG_FORMAT)
     http.registry, http.liveness, http.readiness = worker.registry, worker.liveness, worker.readiness
     code = 0

@@ -90,11 +90,6 @@ class _Transaction:
     observed: list[tuple[Any, Any, float]] = field(default_factory=list)
 
 
-def _is_fatal(err: KafkaError) -> bool:
-    """A fatal client error: the error callback reports it with code ``_FATAL`` and ``fatal()`` False."""
-    return err.fatal() or err.code() == KafkaError._FATAL
-
-
 class DecisionStage:
     """The loop and its state; :meth:`run` blocks until :meth:`stop` (or a fatal error)."""
 
@@ -295,7 +290,7 @@ class DecisionStage:
         err = m.error()
         if err is None:
             return True
-        if _is_fatal(err):
+        if kafka_config.is_fatal(err):
             self.client_fatal = str(err)
         elif err.code() != KafkaError._PARTITION_EOF:
             self._broker_trouble(str(err))
@@ -417,7 +412,7 @@ class DecisionStage:
         self.broker_error = message
 
     def _on_error(self, err: KafkaError) -> None:
-        if _is_fatal(err):
+        if kafka_config.is_fatal(err):
             log.error("fatal Kafka error: %s", err)
             self.client_fatal = str(err)
             return

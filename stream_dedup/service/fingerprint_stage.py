@@ -60,10 +60,6 @@ RECHECK_INTERVAL = 2.0
 STATS_INTERVAL_MS = 5000
 
 
-def _is_fatal(err: KafkaError) -> bool:
-    return err.fatal() or err.code() == KafkaError._FATAL
-
-
 #: client errors that mean the broker cannot be reached (cleared once it answers again); any other
 #: error (the group refused us, authorisation) stands until the stage is assigned or records flow
 UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
@@ -183,7 +179,7 @@ class FingerprintStage:
             err = m.error()
             if err is None:
                 good.append(m)
-            elif _is_fatal(err):
+            elif kafka_config.is_fatal(err):
                 self.client_fatal = str(err)
             elif err.code() != KafkaError._PARTITION_EOF:
                 self._client_trouble(err)
@@ -389,7 +385,7 @@ class FingerprintStage:
         self._broker_back()
 
     def _on_error(self, err: KafkaError) -> None:
-        if _is_fatal(err):
+        if kafka_config.is_fatal(err):
             log.error("fatal Kafka error: %s", err)
             self.client_fatal = str(err)
             return

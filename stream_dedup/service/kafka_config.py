@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import faust
+from confluent_kafka import KafkaError
 
 from stream_dedup.config import ServiceConfig
+
+if TYPE_CHECKING:  # Faust is imported only by --stage1-client faust
+    import faust
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -54,6 +57,11 @@ def _mechanism(service: ServiceConfig) -> str:
     if mechanism not in SASL_MECHANISMS:
         raise KafkaConfigError(f"sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, got {mechanism!r}")
     return mechanism
+
+
+def is_fatal(err: KafkaError) -> bool:
+    """A fatal librdkafka error: the error callback reports it with code ``_FATAL`` and ``fatal()`` False."""
+    return err.fatal() or err.code() == KafkaError._FATAL
 
 
 #: the clients stage 1 can consume articles with (``--stage1-client``)
@@ -97,6 +105,8 @@ def ssl_context(service: ServiceConfig) -> ssl.SSLContext:
 
 def faust_credentials(service: ServiceConfig) -> faust.types.auth.CredentialsT | None:
     """The ``broker_credentials`` of :class:`faust.App` (``None`` for PLAINTEXT)."""
+    import faust
+
     validate(service)
     protocol = _protocol(service)
     if protocol == "PLAINTEXT":
