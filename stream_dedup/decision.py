@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
+from math import isfinite
 from typing import Any
 
 __all__ = ["METHODS", "Decision"]
@@ -48,6 +51,33 @@ class Decision:
             event.update(self.extra)
         return event
 
+    def event_json(self) -> str:
+        """``json.dumps(self.to_event(), ensure_ascii=False)``, the same text, built directly (the
+        ``dedup`` command writes one per record). Values of other types than those the engine gives
+        (str, int, float, None, a tuple of str) and ``extra`` go through ``json.dumps`` itself."""
+        if not self.extra:
+            try:
+                parts = ['{"id": ', _json_str(self.id), ', "type": ', _json_str(self.type),
+                         ', "duplicate_of": ', _json_opt_str(self.duplicate_of),
+                         ', "similarity": ', _json_opt_float(self.similarity),
+                         ', "method": ', _json_opt_str(self.method),
+                         ', "hamming_distance": ', _json_opt_int(self.hamming_distance),
+                         ', "containment": ', _json_opt_float(self.containment),
+                         ', "matched_id": ', _json_opt_str(self.matched_id),
+                         ', "methods": ', _json_methods(self.methods),
+                         ', "candidates": ', _json_int(self.candidates),
+                         ', "seen_before": ', _json_bool(self.seen_before)]
+                if self.direction is not None:
+                    parts += ', "direction": ', _json_str(self.direction)
+                if self.template_of is not None:
+                    parts += (', "template_of": ', _json_str(self.template_of),
+                              ', "identity_overlap": ', _json_opt_float(self.identity_overlap))
+                parts.append("}")
+                return "".join(parts)
+            except _OtherType:
+                pass
+        return json.dumps(self.to_event(), ensure_ascii=False)
+
     def to_stored(self) -> list[Any]:
         """The compact form the index keeps (replayed for a repeated id): the event's values in
         ``_STORED_FIELDS`` order, without the keys, the id (the record has it) and ``seen_before``."""
@@ -69,6 +99,52 @@ class Decision:
         data["seen_before"] = True
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known and k != "extra"})
+
+
+class _OtherType(Exception):
+    """A value :meth:`Decision.event_json` leaves to ``json.dumps``."""
+
+
+def _json_bool(v: Any) -> str:
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    raise _OtherType
+
+
+def _json_str(v: Any) -> str:
+    if type(v) is not str:
+        raise _OtherType
+    return encode_basestring(v)  # json.dumps' own escaping with ensure_ascii=False
+
+
+def _json_opt_str(v: Any) -> str:
+    return "null" if v is None else _json_str(v)
+
+
+def _json_int(v: Any) -> str:
+    if type(v) is not int:
+        raise _OtherType
+    return int.__repr__(v)
+
+
+def _json_opt_int(v: Any) -> str:
+    return "null" if v is None else _json_int(v)
+
+
+def _json_opt_float(v: Any) -> str:
+    if v is None:
+        return "null"
+    if type(v) is not float or not isfinite(v):  # (json writes NaN and Infinity its own way)
+        raise _OtherType
+    return float.__repr__(v)
+
+
+def _json_methods(v: Any) -> str:
+    if type(v) is not tuple and type(v) is not list:
+        raise _OtherType
+    return "[" + ", ".join([_json_str(m) for m in v]) + "]"
 
 
 _STORED_FIELDS = ("type", "duplicate_of", "similarity", "method", "hamming_distance", "containment", "matched_id",

@@ -247,7 +247,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                             log.warning("line %d: processing failed: %s: %s", lineno, type(exc).__name__, exc)
                             log.debug("line %d: processing failed", lineno, exc_info=exc)
                             raise RecordError(PROCESSING_ERROR, f"{type(exc).__name__}: {exc}") from exc
-                        event = json.dumps(decision.to_event(), ensure_ascii=False)
+                        event = decision.event_json()
                     except (RecordError, UnicodeEncodeError) as err:
                         reason = err.reason if isinstance(err, RecordError) else PROCESSING_ERROR
                         summary.rejects[reason] += 1
