@@ -308,3 +308,34 @@ def test_replays_give_the_first_events(tmp_path: Path, textgen: SimpleNamespace)
             assert art.decision_json[:1] == TAG and len(art.decision_json) <= 12
             assert art.root_id == ("a" if a.id in "abc" else a.id)
     assert again == [{**e, "seen_before": True} for e in first]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(decisions(), st.booleans(), st.sampled_from([None, {"extra": [1, 2.5, None]}]))
+def test_event_json_is_json_dumps_of_the_event(case: tuple[Decision, str], seen: bool, extra: dict | None) -> None:
+    """``Decision.event_json`` (the ``dedup`` command's events) writes what ``json.dumps`` writes."""
+    import json
+
+    d, _ = case
+    d.seen_before = seen
+    if extra:
+        d.extra = extra
+    assert d.event_json() == json.dumps(d.to_event(), ensure_ascii=False)
+
+
+@pytest.mark.parametrize("fields", [
+    {"similarity": float("nan")}, {"containment": float("inf")}, {"similarity": np.float64(0.25)},
+    {"hamming_distance": True}, {"candidates": np.int64(3)}, {"seen_before": 1}, {"methods": ["minhash"]},
+    {"duplicate_of": "\ud800\n\"\\\x00é"}, {"identity_overlap": 0.5},
+])
+def test_event_json_of_other_values(fields: dict) -> None:
+    import json
+
+    d = Decision(id="a", type="new", **fields)
+    try:
+        expected = json.dumps(d.to_event(), ensure_ascii=False)
+    except TypeError:  # json.dumps refuses it (a numpy int): so does event_json
+        with pytest.raises(TypeError):
+            d.event_json()
+        return
+    assert d.event_json() == expected
