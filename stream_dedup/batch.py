@@ -18,9 +18,9 @@ the index's buckets. A batch that raises before :meth:`commit` leaves the index 
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -105,16 +105,19 @@ class BatchView:
         self.families = index._cf  # the handles of the families but the default one
         self.writes = 0
         self.masks = table_masks
-        self.tables: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (table, key bits) -> [(permuted, seq)]
+        # (key bits | table << 64) -> the batch's seqs in that SimHash table slot; seq -> its permuted SimHashes
+        self.tables = _Members()
+        self.permuted_of: dict[int, list[int]] = {}
+        self.table_tags = [table << 64 for table in range(len(table_masks))]
         self.id_keys: dict[str, bytes] = {}
         self.buckets, self.lists, self.simhash = index.lists()  # loaded or built now if not: before this batch's write
         self.filed: list[tuple[np.ndarray, int]] = []  # (bucket keys, seq) of the batch's indexed articles
         # their bucket keys -> the batch's members, oldest first (most lookups share none of the keys)
-        self.own_members: defaultdict[int, list[int]] = defaultdict(list)
+        self.own_members = _Members()
         self.hashed: list[tuple[np.ndarray, int]] = []  # (permuted SimHash, seq) of the batch's indexed articles
         self.joined: list[tuple[np.ndarray, int]] = []  # (anchors, seq): the passage lists the batch's articles join
         # the same, as lists: anchor -> the batch's members, oldest first
-        self.own_lists: defaultdict[int, list[int]] = defaultdict(list)
+        self.own_lists = _Members()
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, keys: list[bytes], family: str = _POINTS) -> list[bytes | None]:
@@ -161,7 +164,7 @@ class BatchView:
     def lookup(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> Lookup:
         """:meth:`Index.lookup` with the batch's bucket members and SimHash table entries."""
         keys = bucket_keys.tolist() if self.own_members else []
-        if keys and not self.own_members.keys().isdisjoint(keys):
+        if keys and not self.own_members.isdisjoint(keys):
             ends = np.empty(bucket_keys.shape[0], dtype=np.int64)
             members = self.buckets.lookup(bucket_keys, ends)
             found = self.index.lookup(bucket_keys, permuted, max_distance, members)
@@ -169,9 +172,14 @@ class BatchView:
         else:
             found = self.index.lookup(bucket_keys, permuted, max_distance)
         if self.tables and len(permuted):
-            for table, (query, mask) in enumerate(zip(permuted.tolist(), self.masks, strict=True)):
-                for value, seq in self.tables.get((table, query & mask), ()):
-                    if (value ^ query).bit_count() <= max_distance:
+            first, more, permuted_of = self.tables.first, self.tables.more, self.permuted_of
+            for table, (query, mask, tag) in enumerate(zip(permuted.tolist(), self.masks, self.table_tags, strict=True)):
+                key = query & mask | tag
+                oldest = first.get(key)
+                if oldest is None:  # (most probes)
+                    continue
+                for seq in (oldest, *more[key]) if key in more else (oldest,):
+                    if (permuted_of[seq][table] ^ query).bit_count() <= max_distance:
                         found.simhash.add(seq)
         return found
 
@@ -180,11 +188,11 @@ class BatchView:
         ``members`` ending at ``ends`` bucket by bucket); a bucket they take over its cap is read as
         it will be after the commit (only its newest ``cap`` members).
 
-        The batch's members are in a dict of lists (:attr:`own_members`): filed by :meth:`insert`
-        (37 appends), not in a :class:`BandTable` filed and probed through kernels at each lookup
+        The batch's members are in a :class:`_Members` (:attr:`own_members`): filed by :meth:`insert`
+        (one dict update), not in a :class:`BandTable` filed and probed through kernels at each lookup
         (~50 us a lookup that shares a bucket with the batch, half the short items').
         """
-        own = [self.own_members.get(key, _NO_MEMBERS) for key in bucket_keys]
+        own = self.own_members.get_many(bucket_keys)
         if not any(own):
             return
         for seqs in own:
@@ -209,7 +217,7 @@ class BatchView:
         """The members of the passage lists of ``anchors``, list after list (``ends``: where each ends):
         each list the index's members, then the batch's (newest first).
 
-        The batch's are in a dict of lists (:attr:`own_lists`, filed by :meth:`insert`): a short item
+        The batch's are in a :class:`_Members` (:attr:`own_lists`, filed by :meth:`insert`): a short item
         has ~2 anchors, where merging a kernel-probed table's lists in numpy took ~40 us a lookup.
         """
         if ends is None:
@@ -217,7 +225,7 @@ class BatchView:
         members = self.lists.lookup(anchors, ends)
         if not self.own_lists:
             return members
-        own = [self.own_lists.get(anchor, _NO_MEMBERS) for anchor in anchors.tolist()]
+        own = self.own_lists.get_many(anchors.tolist())
         if not any(own):
             return members
         listed, merged, start = members.tolist(), [], 0
@@ -236,20 +244,17 @@ class BatchView:
         self._put(self.index.article_entries(seq, **article))
         if article["index_sketches"] and len(article["permuted"]):
             self.hashed.append((article["permuted"], seq))
-            for table, p in enumerate(article["permuted"].tolist()):
-                self.tables.setdefault((table, p & self.masks[table]), []).append((p, seq))
+            values = self.permuted_of[seq] = article["permuted"].tolist()
+            self.tables.add([p & mask | tag for p, mask, tag in zip(values, self.masks, self.table_tags, strict=True)],
+                            seq)
         keys = article["bucket_keys"]
         if article["index_sketches"] and len(keys):
             self.filed.append((keys, seq))
-            own = self.own_members
-            for key in keys.tolist():
-                own[key].append(seq)
+            self.own_members.add(keys.tolist(), seq)
         joins = article.get("postings", (NO_ANCHORS, b""))[0]
         if joins.shape[0]:
             self.joined.append((joins, seq))
-            lists = self.own_lists
-            for anchor in joins.tolist():
-                lists[anchor].append(seq)
+            self.own_lists.add(joins.tolist(), seq)
         if checkpoint is not None or receipt is not None:
             self.mark(checkpoint, receipt, False)
         return seq
@@ -284,10 +289,70 @@ class BatchView:
         if self.hashed:
             self.simhash.add_many(np.stack([p for p, _ in self.hashed]),
                                   np.array([seq for _, seq in self.hashed], dtype=np.uint32))
-        self.filed, self.own_members = [], defaultdict(list)
-        self.hashed, self.tables = [], {}
-        self.joined, self.own_lists = [], defaultdict(list)
+        self.filed, self.own_members = [], _Members()
+        self.hashed, self.tables, self.permuted_of = [], _Members(), {}
+        self.joined, self.own_lists = [], _Members()
         index.lists_behind = False
+
+
+class _Members:
+    """key -> the seqs filed under it, oldest first (:meth:`get`): the batch's bucket members,
+    SimHash table entries and passage list members.
+
+    Most articles share none of their keys with the batch's earlier ones: their keys go into a dict
+    of the first member in one ``dict.update`` (no list per key: 37 appends and lists cost twice as
+    much); the later members of a key are in a dict of lists."""
+
+    __slots__ = ("first", "more")
+
+    def __init__(self) -> None:
+        self.first: dict[int, int] = {}
+        self.more: dict[int, list[int]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.first)
+
+    def add(self, keys: list[int], seq: int) -> None:
+        """File ``seq`` under each of ``keys`` (a key given twice is filed twice)."""
+        first, more = self.first, self.more
+        if first.keys().isdisjoint(keys):
+            before = len(first)
+            first.update(zip(keys, repeat(seq)))
+            if len(first) - before == len(keys):
+                return
+            counts: dict[int, int] = {}
+            for key in keys:
+                counts[key] = counts.get(key, 0) + 1
+            for key, count in counts.items():
+                if count > 1:
+                    more[key] = [seq] * (count - 1)
+            return
+        for key in keys:
+            if key in first:
+                later = more.get(key)
+                if later is None:
+                    more[key] = [seq]
+                else:
+                    later.append(seq)
+            else:
+                first[key] = seq
+
+    def get(self, key: int) -> list[int]:
+        """The seqs filed under ``key``, oldest first (an empty list shared by all absent keys: read only)."""
+        seq = self.first.get(key)
+        if seq is None:
+            return _NO_MEMBERS
+        later = self.more.get(key)
+        return [seq] if later is None else [seq, *later]
+
+    def get_many(self, keys: list[int]) -> list[list[int]]:
+        """:meth:`get` of each of ``keys``."""
+        first, more = self.first, self.more
+        return [_NO_MEMBERS if (seq := first.get(key)) is None else [seq, *more[key]] if key in more else [seq]
+                for key in keys]
+
+    def isdisjoint(self, keys: Iterable[int]) -> bool:
+        return self.first.keys().isdisjoint(keys)
 
 
 class _PassageLists:
