@@ -25,7 +25,6 @@ outputs on the shared stream.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import os
@@ -35,6 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+try:  # CPython's own SHA-256 (the same digest): importing hashlib loads OpenSSL, 3-9 ms of every start
+    from _sha256 import sha256  # Python 3.10, 3.11
+except ImportError:
+    try:
+        from _sha2 import sha256  # Python 3.12+
+    except ImportError:
+        from hashlib import sha256
 
 PACKAGE_DIR = Path(__file__).parent
 #: modules that define kernels (their sources make the stamp, with this file's)
@@ -47,7 +54,7 @@ FORCE_JIT_ENV = "STREAM_DEDUP_JIT"
 
 def source_stamp() -> str:
     """Hash of the kernel modules' sources and this file's: an AOT build is used only for these."""
-    h = hashlib.sha256()
+    h = sha256()
     for name in (*KERNEL_MODULES, __name__):
         h.update(name.encode())
         h.update((PACKAGE_DIR / f"{name.rsplit('.', 1)[1]}.py").read_bytes())

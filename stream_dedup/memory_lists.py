@@ -17,7 +17,6 @@ came: ``tests/engine/test_memory_lists.py`` compares both.
 from __future__ import annotations
 
 import os
-import secrets
 import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -134,7 +133,7 @@ def save(index: Index, lists: Lists) -> None:
     """Write the lists next to the index, then the token that makes them valid (see the module doc)."""
     path = Path(index.path) / SNAPSHOT_FILE
     tmp = path.with_suffix(".tmp.npz")
-    token = secrets.token_bytes(16)
+    token = os.urandom(16)  # (secrets.token_bytes; importing secrets loads OpenSSL through hmac)
     arrays = {f"{prefix}{name}": getattr(table, name) for prefix, table, names in _parts(lists) for name in names}
     with open(tmp, "wb") as f:
         np.savez(f, token=np.frombuffer(token, dtype=np.uint8), index=_fingerprint(index), **arrays)

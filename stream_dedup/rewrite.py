@@ -28,6 +28,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import kernels
+from .hashing import sorted_unique
 
 MIN_SHARE = 0.7    # of the smaller identity sketch, shared
 MIN_LENGTH = 0.9   # shingle count of the shorter text / of the longer one
@@ -47,7 +48,7 @@ while who whom why will with would you your yours year years new one two told"""
 def stop_hashes(token_hashes) -> np.ndarray:
     """The token hashes of :data:`STOP_WORDS` as :func:`stop_table` lays them out (``token_hashes``:
     text -> uint64 hashes, the fingerprint's own tokeniser and seed)."""
-    return stop_table(np.unique(token_hashes(" ".join(STOP_WORDS))).astype(np.uint64))
+    return stop_table(sorted_unique(token_hashes(" ".join(STOP_WORDS))).astype(np.uint64))
 
 
 def stop_table(hashes: np.ndarray, slots: int = 1024) -> np.ndarray:
@@ -56,7 +57,7 @@ def stop_table(hashes: np.ndarray, slots: int = 1024) -> np.ndarray:
     while slots < 2 * len(hashes):
         slots *= 2
     table = np.zeros(slots, dtype=np.uint64)
-    for h in np.unique(hashes).tolist():
+    for h in sorted_unique(hashes).tolist():  # (np.unique would import numpy.ma: ~15 ms a process)
         i = h & (slots - 1)
         while table[i]:
             i = (i + 1) & (slots - 1)
