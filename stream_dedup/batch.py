@@ -192,14 +192,21 @@ class BatchView:
         (one dict update), not in a :class:`BandTable` filed and probed through kernels at each lookup
         (~50 us a lookup that shares a bucket with the batch, half the short items').
         """
-        own = self.own_members.get_many(bucket_keys)
-        if not any(own):
+        first, more = self.own_members.first, self.own_members.more
+        shared = [key for key in bucket_keys if key in first]  # (a few of the 37 keys at most)
+        if not shared:
             return
-        for seqs in own:
-            lsh.update(seqs)
+        own_count = len(shared)
+        for key in shared:
+            lsh.add(first[key])
+            later = more.get(key)
+            if later is not None:
+                lsh.update(later)
+                own_count += len(later)
         cap = self.buckets.cap
-        if members.shape[0] + sum(map(len, own)) <= cap:  # (then no bucket can be over its cap: most lookups)
+        if members.shape[0] + own_count <= cap:  # (then no bucket can be over its cap: most lookups)
             return
+        own = self.own_members.get_many(bucket_keys)
         e = ends.tolist()
         starts = [0, *e[:-1]]
         if any(len(seqs) + end - start > cap for seqs, start, end in zip(own, starts, e, strict=True)):

@@ -91,6 +91,9 @@ class Deduplicator:
                            tables=self.tables, banding=(self.lsh.bands, self.lsh.rows))
         self._last_evict = 0.0
         self.evicted_total = 0
+        # the Jaccard estimate of each count of agreeing rows (bbit_jaccard of 0..num_perm, computed once):
+        # read per candidate, where bbit_jaccard on each candidate array cost four numpy calls
+        self._jaccard_of = bbit_jaccard(np.arange(c.num_perm + 1), c.num_perm, SIGNATURE_BITS).tolist()
 
     # -- public API -------------------------------------------------------------------------
     def fingerprint(self, article: Article) -> Fingerprint:
@@ -341,7 +344,8 @@ class Deduplicator:
         check_identity = c.identity_threshold > 0 and fp.identity.shape[0] >= c.identity_min_tokens
         # decisions compare the estimates as they are reported (4 decimals): the b-bit correction
         # (1.5e-5 at 16 bits) then leaves an estimate of exactly 64/128 at 0.5, as it was with 32 bits
-        jaccards = bbit_jaccard(agree, c.num_perm, SIGNATURE_BITS).tolist()
+        jaccard_of = self._jaccard_of  # bbit_jaccard(agree, c.num_perm, SIGNATURE_BITS), looked up
+        jaccards = [jaccard_of[k] for k in agree.tolist()]
         stored_ns = [h[2] for h in headers]
         hams = [(fp.simhash ^ h[1]).bit_count() for h in headers]  # simhash.hamming, inlined
         shared_of = passage.shared if passage is not None else {}
