@@ -93,6 +93,8 @@ class Deduplicator:
         self.evicted_total = 0
         # the Jaccard estimate of each count of agreeing rows (bbit_jaccard of 0..num_perm, computed once):
         # read per candidate, where bbit_jaccard on each candidate array cost four numpy calls
+        # is_short_text(n) for a count n: short_low < n < short_high (an empty range with char shingles)
+        self._short_range = (0, 0) if c.char_shingles else (1 - c.shingle_size, c.short_text_words - c.shingle_size + 1)
         self._jaccard_of = bbit_jaccard(np.arange(c.num_perm + 1), c.num_perm, SIGNATURE_BITS).tolist()
 
     # -- public API -------------------------------------------------------------------------
@@ -341,6 +343,7 @@ class Deduplicator:
             return Decision(id=article_id, type="new", candidates=len(seqs))
         n = fp.n_shingles
         new_short = self.is_short_text(n)
+        short_low, short_high = self._short_range  # is_short_text(stored_n) is short_low < stored_n < short_high
         check_identity = c.identity_threshold > 0 and fp.identity.shape[0] >= c.identity_min_tokens
         # decisions compare the estimates as they are reported (4 decimals): the b-bit correction
         # (1.5e-5 at 16 bits) then leaves an estimate of exactly 64/128 at 0.5, as it was with 32 bits
@@ -358,7 +361,7 @@ class Deduplicator:
         for i in may_pass:
             j_raw, stored_n, ham = jaccards[i], stored_ns[i], hams[i]
             j = round(j_raw, 4)
-            if new_short or self.is_short_text(stored_n):  # short texts: a MinHash match of its own threshold only
+            if new_short or short_low < stored_n < short_high:  # short texts: a MinHash match of its own threshold only
                 hits, cont, direction = (c.short_text_jaccard < 1.0 and j >= c.short_text_jaccard, False, False, False), \
                     round(containment(j_raw, n, stored_n), 4), None
             else:
@@ -429,8 +432,9 @@ class Deduplicator:
                 continue
             shorter, longer = (n, stored_n) if n <= stored_n else (stored_n, n)
             # |A∩B| = j (|A| + |B|) / (1 + j) (minhash.containment), over the shorter side, multiplied out
-            if j * (n + stored_n) >= contained * max(shorter, 1) * (1.0 + j) \
-                    or (j >= rewrite_rule and shorter >= length * max(longer, 1)):
+            # (x or 1: max(x, 1) of a count, without the call)
+            if j * (n + stored_n) >= contained * (shorter or 1) * (1.0 + j) \
+                    or (j >= rewrite_rule and shorter >= length * (longer or 1)):
                 may.append(i)
         return may
 
