@@ -116,6 +116,7 @@ class BatchView:
         self.batch = WriteBatch(raw_mode=True)  # the batch's writes (a later put of a key wins)
         self.families = index._cf  # the handles of the families but the default one
         self.writes = 0
+        self.checkpoints: dict[str, int] = {}  # name -> the batch's last checkpoint offset (put at commit)
         self.masks = table_masks
         # (key bits | table << 64) -> the batch's seqs in that SimHash table slot; seq -> its permuted SimHashes
         self.tables = _Members()
@@ -279,7 +280,15 @@ class BatchView:
         return seq
 
     def mark(self, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, replayed: bool = False) -> None:
-        self._put(self.index.mark_entries(checkpoint, receipt, replayed))
+        """:meth:`Index.mark` into the batch. The checkpoint of each name is put once, at :meth:`commit`,
+        with the batch's last offset for it (the last put of a key wins: the same write, without
+        a put per article)."""
+        if receipt is not None:
+            self._put([entry for entry in self.index.mark_entries(checkpoint, receipt, replayed)
+                       if entry[0] != DEFAULT])  # (the checkpoint: below)
+        if checkpoint is not None:
+            self.checkpoints[checkpoint[0]] = checkpoint[1]
+            self.writes += 1
 
     def _put(self, entries: list[Entry]) -> None:
         put, families, known = self.batch.put, self.families, self.known
@@ -297,6 +306,10 @@ class BatchView:
         if not self.writes:
             return
         index = self.index
+        if self.checkpoints:
+            self._put([entry for name, offset in self.checkpoints.items()
+                       for entry in index.mark_entries((name, offset), None, False)])
+            self.checkpoints = {}
         index.next_seq, index.count = self.next_seq, self.count
         _, key, value = index.state_entry()
         self.batch.put(key, value)
