@@ -260,8 +260,7 @@ class BatchView:
         """:meth:`Index.insert` into the batch: the article gets the next seq, its writes wait for :meth:`commit`."""
         seq = self.index.check_seq(self.next_seq)
         self.next_seq, self.count = seq + 1, self.count + 1
-        self.id_key(article["article_id"])
-        self._put(self.index.article_entries(seq, **article))
+        self._put(self.index.article_entries(seq, **article, id_key=self.id_key(article["article_id"])))
         if article["index_sketches"] and len(article["permuted"]):
             self.hashed.append((article["permuted"], seq))
             values = self.permuted_of[seq] = article["permuted"].tolist()

@@ -371,7 +371,7 @@ class Index:
                         exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list,
                         bucket_keys: np.ndarray, permuted: np.ndarray,
                         index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
-                        postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b"")) -> list[Entry]:
+                        postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b""), id_key: bytes | None = None) -> list[Entry]:
         """The ``(family, key, value)`` writes that index article ``seq``.
 
         ``bucket_keys`` are its LSH bucket keys and ``permuted`` its SimHash permuted for each table
@@ -380,12 +380,13 @@ class Index:
         ``anchors`` is its number of passage anchors, ``postings`` the anchors whose passage lists it
         joins and their ``D`` value (:func:`stream_dedup.passages.posting_writes`): only the ``D`` key
         is written here; the caller files the article in :attr:`passage_lists` once the write is done.
+        ``id_key``: :func:`_id_key` of ``article_id`` if the caller has it.
         """
         s8, s4 = _u64(seq), seq.to_bytes(4, "big")  # seqs fit 4 bytes (check_seq)
         out: list[Entry] = [
             (_POINTS, b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
                                               article_id, root_id, decision, identity, anchors, words)),
-            (_POINTS, self._cached_id_key(article_id), s4),
+            (_POINTS, id_key or self._cached_id_key(article_id), s4),
             (_TIME, _u64(int(first_seen * 1000)) + s8, b"")]
         if index_sketches:
             out.append((_POINTS, b"X" + exact, s4))
