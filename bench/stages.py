@@ -28,8 +28,9 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data"
 
 STAGES = [  # (label, owner attribute path from the Deduplicator (dotted), method name)
     ("tokens + token hashes (folding, MurmurHash3)", "fingerprinter", "token_hashes"),
-    ("SimHash permutations", "tables", "permute_array"),
-    ("LSH bucket keys", "index.buckets", "keys"),
+    ("SimHash permutations (one article)", "tables", "permute_array"),
+    ("SimHash permutations (all of a batch's, one call)", "tables", "permute_many"),
+    ("LSH bucket keys (one article, or all of a batch's in one call)", "index.buckets", "keys"),
     ("lookups: LSH buckets + SimHash tables (in memory)", "index", "lookup"),
     ("verification of candidates (their records read)", "", "_verify"),
 ]
