@@ -7,11 +7,13 @@ answers each from the batch's own writes first, then from the values it has read
 key of the index at most once: :meth:`prefetch` reads the ids and exact hashes of the whole batch
 in one multi-get), then from RocksDB. The index is not written while a batch runs (a single
 writer), so what was read stays true until the batch's own writes replace it. The SimHash tables
-are probed in the index's :class:`~stream_dedup.simhash_table.SimhashTable` and in a dict of the
-batch's entries, keyed by table and key bits; the LSH buckets in the index's
-:class:`~stream_dedup.band_table.BandTable` and in the batch's own bucket lists.
+are probed in the index's :class:`~stream_dedup.simhash_table.SimhashTable` and in the batch's
+entries, keyed by table and key bits; the LSH buckets in the index's
+:class:`~stream_dedup.band_table.BandTable` and in the batch's own bucket members (both
+:class:`_Members`). The bucket keys and permuted SimHashes of the batch's articles are computed for
+all of them at once (:meth:`Prepared.all_keys`).
 
-:meth:`commit` writes everything, the index state and the last checkpoint included, in one atomic
+:meth:`commit` writes everything, the index state and the last checkpoint of each name included, in one atomic
 write (a crash leaves the whole batch applied or none of it), then files the batch's articles in
 the index's buckets. A batch that raises before :meth:`commit` leaves the index as it was.
 """
