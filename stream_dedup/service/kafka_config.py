@@ -187,7 +187,7 @@ def service_client_config(service: ServiceConfig, **extra: Any) -> dict[str, Any
     lines in a minute); the worker reports each client error once per change of state through
     its ``error_cb`` and ``/readyz`` instead.
     """
-    return confluent_config(service, **{"log_level": 2, **extra})
+    return confluent_config(service, **{"log_level": 2, "socket.nagle.disable": True, **extra})
 
 
 def stage1_consumer_config(service: ServiceConfig, client_conf: dict[str, Any], member: int = 0,
