@@ -247,7 +247,8 @@ class ServiceConfig:
     batch_size: int = _opt(
         200, "Worker: most records a stage handles before it awaits the broker's acknowledgements.")
     batch_wait: float = _opt(
-        0.005, "Worker: seconds a stage waits to fill a batch (bounds the latency it adds).")
+        0.005, "Worker, --stage1-client faust: seconds Faust's stage 1 waits to fill a batch (bounds the latency "
+        "it adds; the confluent stage 1 takes what has arrived and never waits to fill one).")
     commit_interval: float = _opt(
         1.0, "Worker: seconds between offset commits (only acknowledged work is ever committed).")
     session_timeout: float = _opt(
@@ -261,7 +262,7 @@ class ServiceConfig:
         "another partition has none (0 = no reordering).")
     transaction_size: int = _opt(
         1000, "Worker: most signature records the decision stage decides in one Kafka transaction (fewer "
-        "when fewer are waiting: a transaction never waits for more than --batch-wait).")
+        "when fewer arrive: a transaction never stays open longer than --transaction-ms).")
     transaction_ms: float = _opt(
         10.0, "Worker: longest the decision stage collects records into one transaction before committing "
         "it, in milliseconds (bounds the latency it adds; longer = fewer, larger transactions).")
