@@ -33,7 +33,7 @@ from .faust_app import make_faust_app
 from .ordering import OrderBuffer
 from .producer import AsyncProducer, producer_config
 from .serialization import reject_record
-from .stage_process import StageProcess, merge_families
+from .stage_process import MergedCollector, StageProcess, readiness_body
 
 log = logging.getLogger("stream_dedup.service")
 
@@ -114,7 +114,7 @@ class DedupWorker:
         self.decisions.start()
         # /metrics serves this worker's families merged with the decision stage's
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_MergedCollector(self))
+        self.registry.register(MergedCollector(self.metrics.registry, lambda: [self.decisions]))
 
         self.first_assignment = False  # set by the first rebalance, even one that assigns nothing
         self.started_at = time.time()
@@ -362,22 +362,4 @@ class DedupWorker:
         reasons += [r for r in stage.get("reasons", []) if r not in reasons]
         ok = not reasons
         self.metrics.ready.set(1 if ok else 0)
-        return ok, {
-            "reasons": reasons,
-            "assigned_partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in assigned),
-            "decision_stage": bool(stage.get("owns")),
-            "decision_state": stage.get("state"),
-            "standby": ok and not assigned and not stage.get("owns"),
-            "index_checkpoint": stage.get("index_checkpoint"),
-            "committed_offset": stage.get("committed_offset"),
-        }
-
-
-class _MergedCollector:
-    """The worker's metric families plus the decision stage's (its samples win on the same name)."""
-
-    def __init__(self, worker: DedupWorker) -> None:
-        self.worker = worker
-
-    def collect(self) -> Any:
-        return merge_families(list(self.worker.metrics.registry.collect()), self.worker.decisions.collect())
+        return ok, readiness_body(reasons, sorted(f"{tp.topic}-{tp.partition}" for tp in assigned), stage)

@@ -209,3 +209,35 @@ def merge_families(own: list[Any], child: list[Any]) -> list[Any]:
                               if (s.name, tuple(sorted(s.labels.items()))) not in keys] + list(family.samples)
         out.append(family)
     return list(by_name.values()) + out
+
+
+class MergedCollector:
+    """A worker's own metric families plus its stage processes' (a stage's samples win on the same name)."""
+
+    def __init__(self, own: Any, stages: Callable[[], list[StageProcess]]) -> None:
+        self.own, self.stages = own, stages
+
+    def collect(self) -> Any:
+        families = list(self.own.collect())
+        for proc in self.stages():
+            families = merge_families(families, proc.collect())
+        return families
+
+
+def readiness_body(reasons: list[str], assigned: list[str], decision: dict[str, Any],
+                   **extra: Any) -> dict[str, Any]:
+    """``/readyz``'s body from the reasons not to be ready, the input partitions this worker
+    consumes and its decision stage's status."""
+    ok = not reasons
+    return {
+        "reasons": reasons,
+        "assigned_partitions": assigned,
+        **extra,
+        "decision_stage": bool(decision.get("owns")),
+        "decision_state": decision.get("state"),
+        # a member whose rebalance assigned nothing (more replicas than partitions) is a ready
+        # standby: keeping it unready would block StatefulSet rolling updates forever
+        "standby": ok and not assigned and not decision.get("owns"),
+        "index_checkpoint": decision.get("index_checkpoint"),
+        "committed_offset": decision.get("committed_offset"),
+    }

@@ -19,7 +19,7 @@ from typing import Any
 from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
 
-from .stage_process import DECISIONS, FINGERPRINT, StageProcess, merge_families
+from .stage_process import DECISIONS, FINGERPRINT, MergedCollector, StageProcess, readiness_body
 
 log = logging.getLogger("stream_dedup.service")
 
@@ -44,7 +44,7 @@ class StageWorker:
         for proc in self.stage1:
             proc.on_restart = self.metrics.stage1_restarts.inc
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_MergedCollector(self))
+        self.registry.register(MergedCollector(self.metrics.registry, lambda: [self.decisions, *self.stage1]))
         self.started_at = time.time()
         self.fatal: str | None = None
 
@@ -95,27 +95,4 @@ class StageWorker:
         assigned = sorted(a for s in stages for a in s.get("assigned", []))
         ok = not reasons
         self.metrics.ready.set(1 if ok else 0)
-        return ok, {
-            "reasons": reasons,
-            "assigned_partitions": assigned,
-            "stage1_state": [s.get("state") for s in stages],
-            "decision_stage": bool(decision.get("owns")),
-            "decision_state": decision.get("state"),
-            # a member whose rebalance assigned nothing (more replicas than partitions) is a ready standby
-            "standby": ok and not assigned and not decision.get("owns"),
-            "index_checkpoint": decision.get("index_checkpoint"),
-            "committed_offset": decision.get("committed_offset"),
-        }
-
-
-class _MergedCollector:
-    """The worker's metric families plus the stages' (a stage's samples win on the same name)."""
-
-    def __init__(self, worker: StageWorker) -> None:
-        self.worker = worker
-
-    def collect(self) -> Any:
-        families = list(self.worker.metrics.registry.collect())
-        for proc in [self.worker.decisions, *self.worker.stage1]:
-            families = merge_families(families, proc.collect())
-        return families
+        return ok, readiness_body(reasons, assigned, decision, stage1_state=[s.get("state") for s in stages])
