@@ -3,7 +3,7 @@
 One loop in its own process (:mod:`.stage_process`), with no event loop and no per-record
 future::
 
-    consume what has arrived (or wait for the first record, at most --batch-wait)
+    consume what has arrived (or wait for the first record to arrive)
     merge the owned partitions by timestamp (:class:`.ordering.OrderBuffer`)
     parse + fingerprint the released records (:func:`.stage1.compute`, the engine's kernels)
     produce their signature (or reject) records to the signatures topic (acks=all, idempotent)
