@@ -154,3 +154,38 @@ def test_a_batch_reads_the_lsh_buckets_as_they_will_be_after_its_commit(tmp_path
     assert seen == [{0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {1, 2, 3, 4}, {0, 2, 3, 4, 5}]
     assert before == [index.lookup(keys, [], 64).lsh for keys in probe] == [{2, 4, 5, 6}, {1, 3, 4, 5, 6}]
     index.close()
+
+
+def test_insert_reuses_only_the_lookup_of_the_same_article(tmp_path: Path, textgen: SimpleNamespace) -> None:
+    """BatchView.insert files an article with the key lists and disjointness its own lookup just
+    computed (batch._Probed), never with another article's: the batch's bucket members and SimHash
+    table entries are the same as when each article is inserted without a lookup."""
+    from stream_dedup.batch import BatchView, Prepared
+    from stream_dedup.passages import NO_ANCHORS
+
+    a, b = textgen.words(5, 200), textgen.words(6, 200)
+    texts = [a, a[:195] + b[:5], b, a[:190] + b[:10], b[:198] + a[:2], a]  # near copies share buckets and table keys
+    with Deduplicator(EngineConfig(), tmp_path / "s") as d:
+        k = d.config.simhash_k
+        preps = [Prepared.of(d.fingerprint(Article(id=str(i), text=textgen.text(t))), d.config.num_perm)
+                 for i, t in enumerate(texts)]
+
+        def filed(probe: int | None) -> tuple:
+            """The batch's members after inserting every article, each after a lookup of article
+            ``i + probe`` (None: no lookup)."""
+            view = BatchView(d.index, d.tables.key_masks)
+            for i, p in enumerate(preps):
+                if probe is not None:
+                    view.lookup(*preps[(i + probe) % len(preps)].keys(d.index.buckets, d.tables), k)
+                keys, permuted = p.keys(d.index.buckets, d.tables)
+                view.insert(article_id=str(i), first_seen=NOW, simhash=p.fp.simhash, n_shingles=p.fp.n_shingles,
+                            exact=p.fp.exact, minhash=p.sig, root_id=str(i), decision=["new"], bucket_keys=keys,
+                            permuted=permuted, index_sketches=True, checkpoint=None, identity=p.fp.identity,
+                            anchors=0, words=b"", postings=(NO_ANCHORS, b""))
+            members, tables = view.own_members, view.tables
+            return members.first, members.more, tables.first, tables.more, view.permuted_of
+
+        plain = filed(None)
+        assert plain[1] and plain[3]  # keys shared within the batch: the disjointness matters
+        assert filed(0) == plain      # each lookup's own lists reused
+        assert filed(1) == plain      # the last lookup was another article's: not reused
