@@ -34,7 +34,6 @@ def producer_config(client_conf: dict[str, Any], linger_s: float) -> dict[str, A
         "partitioner": "murmur2_random",  # the Java client's default: same key -> same partition as Faust/Java
         "message.max.bytes": 64 * 1024 * 1024,  # the broker's own limit applies; dead letters may be large
         "queue.buffering.max.kbytes": 262144,
-        "socket.nagle.disable": True,
     })
     return conf
 
