@@ -272,19 +272,8 @@ class DecisionStage:
 
     # ------------------------------------------------------------------ one transaction
     def _fetch(self, most: int, wait: float) -> list[Any]:
-        """Up to ``most`` records: those already fetched, else the first to arrive within ``wait`` s.
-
-        ``Consumer.consume(n, timeout)`` returns only when it has ``n`` messages or the timeout is
-        over, so asking for a batch with a timeout adds the whole timeout to every record's latency
-        whenever fewer than ``n`` are waiting.  Asking for one record returns as soon as it arrives;
-        what else has arrived by then is taken without waiting.
-        """
-        msgs = self.consumer.consume(most, timeout=0)
-        if not msgs and wait > 0:
-            msgs = self.consumer.consume(1, timeout=wait)
-            if msgs and most > 1:
-                msgs += self.consumer.consume(most - 1, timeout=0)
-        return [m for m in msgs if self._usable(m)]
+        """Up to ``most`` records (:func:`.kafka_config.consume_available`), client errors noted."""
+        return [m for m in kafka_config.consume_available(self.consumer, most, wait) if self._usable(m)]
 
     def _usable(self, m: Any) -> bool:
         err = m.error()

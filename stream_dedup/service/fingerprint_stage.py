@@ -169,13 +169,8 @@ class FingerprintStage:
     # ------------------------------------------------------------------ the loop's steps
     def _fetch(self, most: int, wait: float) -> list[Any]:
         """What has arrived (up to ``most``), else the first record within ``wait`` s and what came with it."""
-        msgs = self.consumer.consume(most, timeout=0)
-        if not msgs:
-            msgs = self.consumer.consume(1, timeout=wait)
-            if msgs and most > 1:
-                msgs += self.consumer.consume(most - 1, timeout=0)
         good = []
-        for m in msgs:
+        for m in kafka_config.consume_available(self.consumer, most, wait):
             err = m.error()
             if err is None:
                 good.append(m)

@@ -1,4 +1,5 @@
-"""Map :class:`~stream_dedup.config.ServiceConfig` to the configs of the two Kafka clients.
+"""Map :class:`~stream_dedup.config.ServiceConfig` to the configs of the two Kafka clients (and two
+helpers both stages use with them: :func:`is_fatal`, :func:`consume_available`).
 
 The worker talks to Kafka through two libraries:
 
@@ -62,6 +63,23 @@ def _mechanism(service: ServiceConfig) -> str:
 def is_fatal(err: KafkaError) -> bool:
     """A fatal librdkafka error: the error callback reports it with code ``_FATAL`` and ``fatal()`` False."""
     return err.fatal() or err.code() == KafkaError._FATAL
+
+
+def consume_available(consumer: Any, most: int, wait: float) -> list[Any]:
+    """Up to ``most`` messages: those already fetched, else the first to arrive within ``wait`` s
+    and what came with it (both stages' loops).
+
+    ``Consumer.consume(n, timeout)`` returns only when it has ``n`` messages or the timeout is
+    over, so asking for a batch with a timeout adds the whole timeout to every record's latency
+    whenever fewer than ``n`` are waiting.  Asking for one message returns as soon as it arrives;
+    what else has arrived by then is taken without waiting.
+    """
+    msgs = consumer.consume(most, timeout=0)
+    if not msgs and wait > 0:
+        msgs = consumer.consume(1, timeout=wait)
+        if msgs and most > 1:
+            msgs += consumer.consume(most - 1, timeout=0)
+    return msgs
 
 
 #: the clients stage 1 can consume articles with (``--stage1-client``)

@@ -63,7 +63,7 @@ class StageWorker:
                     self.metrics.ready.set(0)
                     log.error("fatal: %s; stopping the worker", reason)
                     return 1
-            self.metrics.ready.set(1 if self.readiness()[0] else 0)
+            self.readiness()  # keeps the ready gauge current between probes
             try:
                 await asyncio.wait_for(stop.wait(), WATCH_INTERVAL)
             except asyncio.TimeoutError:
