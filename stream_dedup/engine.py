@@ -91,10 +91,11 @@ class Deduplicator:
                            tables=self.tables, banding=(self.lsh.bands, self.lsh.rows))
         self._last_evict = 0.0
         self.evicted_total = 0
+        # is_short_text(n) for a count n: short_low < n < short_high (an empty range with char shingles);
+        # _verify tests its candidates' counts against the range directly
+        self._short_range = (0, 0) if c.char_shingles else (1 - c.shingle_size, c.short_text_words - c.shingle_size + 1)
         # the Jaccard estimate of each count of agreeing rows (bbit_jaccard of 0..num_perm, computed once):
         # read per candidate, where bbit_jaccard on each candidate array cost four numpy calls
-        # is_short_text(n) for a count n: short_low < n < short_high (an empty range with char shingles)
-        self._short_range = (0, 0) if c.char_shingles else (1 - c.shingle_size, c.short_text_words - c.shingle_size + 1)
         self._jaccard_of = bbit_jaccard(np.arange(c.num_perm + 1), c.num_perm, SIGNATURE_BITS).tolist()
         self._jaccard4_of = [round(j, 4) for j in self._jaccard_of]  # as reported (4 decimals), looked up too
 
@@ -457,9 +458,10 @@ class Deduplicator:
         return may
 
     def is_short_text(self, n_shingles: int) -> bool:
-        """Fewer than ``short_text_words`` words, counted as distinct word shingles + k - 1."""
-        c = self.config
-        return not c.char_shingles and 0 < n_shingles + c.shingle_size - 1 < c.short_text_words
+        """Fewer than ``short_text_words`` words, counted as distinct word shingles + k - 1
+        (``0 < n + k - 1 < short_text_words``; never with character shingles): :attr:`_short_range`."""
+        low, high = self._short_range
+        return low < n_shingles < high
 
     def _containment(self, j: float, n: int, stored_n: int,
                      anchored: tuple[float, float] | None = None, common: float = 0.0) -> tuple[float, str | None]:
