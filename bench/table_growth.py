@@ -39,6 +39,7 @@ from stream_dedup.simhash_table import SimhashTable  # noqa: E402
 def stalls(add, nbytes, articles: int, batch: int, threshold: float) -> tuple[list[dict], float]:
     """Times ``add(first_seq, n)`` batch by batch; the batches over ``threshold`` s and the median."""
     times, slow = [], []
+    start = time.perf_counter()
     for first in range(0, articles, batch):
         n = min(batch, articles - first)
         t0 = time.perf_counter()
@@ -47,6 +48,7 @@ def stalls(add, nbytes, articles: int, batch: int, threshold: float) -> tuple[li
         times.append(dt)
         if dt > threshold:
             slow.append({"articles": first + n, "table_mib": round(nbytes() / 2**20), "ms": round(dt * 1000, 1)})
+    stalls.total = time.perf_counter() - start
     return slow, float(np.median(times))
 
 
@@ -78,8 +80,10 @@ def main() -> int:
     for name, add, nbytes in (("LSH band table", add_bands, lambda: bands.nbytes),
                               ("SimHash tables", add_simhash, lambda: simhash.nbytes)):
         slow, median = stalls(add, nbytes, args.articles, args.batch, args.threshold_ms / 1000)
-        result[name] = {"median_batch_ms": round(median * 1000, 2), "slow_batches": slow}
+        result[name] = {"median_batch_ms": round(median * 1000, 2), "total_s": round(stalls.total, 2),
+                        "slow_batches": slow}
         print(f"{name}: {args.articles:,} articles, {args.batch} per batch, median batch {median * 1000:.2f} ms, "
+              f"total {stalls.total:.2f} s, worst batch {max([r['ms'] for r in slow], default=0):,.1f} ms, "
               f"final size {nbytes() / 2**20:,.0f} MiB")
         print("| articles filed | table MiB after | batch ms |")
         print("| ---: | ---: | ---: |")

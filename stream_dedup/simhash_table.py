@@ -162,6 +162,12 @@ class SimhashTable:
     def nbytes(self) -> int:
         return self.fps.nbytes + self.tags.nbytes + self.seqs.nbytes
 
+    def loaded(self) -> None:
+        """Called once the arrays are set from a snapshot."""
+
+    def settle(self) -> None:
+        """Finish any growth under way (before a snapshot)."""
+
     def add(self, permuted: np.ndarray, seq: int) -> None:
         """File article ``seq`` with its SimHash permuted for each table (uint64[T])."""
         self.add_many(permuted.reshape(1, -1), np.array([seq], dtype=np.uint32))
