@@ -17,8 +17,8 @@ Layout (numpy arrays, the operations are numba kernels):
   reason about); for ``r > 3`` it is a 64-bit mix of them (a false collision, ~n/2^64 per lookup,
   only adds a candidate that verification then rejects);
 * ``slot_keys[C]`` / ``slot_head[C]``: open addressing with linear probing, at most 80 % full and
-  grown by half when it would be fuller (so 53-80 % full); a slot whose list became empty keeps its
-  key until the next rehash;
+  grown by half when it would be fuller (so 53-80 % full), incrementally (:meth:`MemberLists.reserve`:
+  no add rehashes the whole table); a slot whose list became empty keeps its key until the next growth;
 * ``node_seq[N]`` / ``node_next[N]``: each bucket a singly linked list of article seqs, newest
   first, at most ``cap`` long (adding to a full bucket drops its oldest member, as the RocksDB
   lists did); freed nodes go to a free list.
@@ -49,6 +49,7 @@ UNCAPPED = 2**31 - 1  # a cap no list reaches
 _META = 7
 #: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
 MIN_FILL, MIN_MIGRATE, MIN_COPY = 1 << 16, 1 << 14, 1 << 16
+PREPARE_NODES = 0.75  # node arrays this used: the larger ones are allocated and filled a chunk per add
 MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 6, 8
 _NO_KEYS = np.full(0, EMPTY, dtype=np.uint64)
 _NO_HEADS = np.zeros(0, dtype=np.int32)
@@ -92,36 +93,12 @@ def band_keys(rows, bands, r):
 
 
 @inline
-def _next(node_next, old_next, meta, node):
-    """``node_next[node]``, read where the node lives while the node arrays are copied (see
-    :meth:`MemberLists.reserve`): nodes below the copy cursor ``meta[6]`` or past the old arrays'
-    end are in the new arrays, the others still in the old ones."""
-    if node < meta[6] or node >= old_next.shape[0]:
-        return np.int64(node_next[node])
-    return np.int64(old_next[node])
-
-
-@inline
-def _set_next(node_next, old_next, meta, node, value):
-    if node < meta[6] or node >= old_next.shape[0]:
-        node_next[node] = value
-    else:
-        old_next[node] = value
-
-
-@inline
-def _seq(node_seq, old_seq, meta, node):
-    if node < meta[6] or node >= old_seq.shape[0]:
-        return node_seq[node]
-    return old_seq[node]
-
-
-@inline
-def _set_seq(node_seq, old_seq, meta, node, value):
-    if node < meta[6] or node >= old_seq.shape[0]:
-        node_seq[node] = value
-    else:
-        old_seq[node] = value
+def _put(array, mirror, meta, node, value):
+    """``array[node] = value``, and in ``mirror`` too if the node is already copied there (while the
+    node arrays grow, below the copy cursor ``meta[6]``: see :meth:`MemberLists.reserve`)."""
+    array[node] = value
+    if node < meta[6]:
+        mirror[node] = value
 
 
 @inline
@@ -146,7 +123,7 @@ def _move_slot(slot_keys, slot_head, old_keys, old_head, meta, j):
 
 
 @kernel
-def table_members(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, old_seq, old_next, meta, keys, ends):
+def table_members(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta, keys, ends):
     """The members of the buckets ``keys`` (uint64[m]), bucket after bucket, each newest first;
     ``ends[i]`` (int64[m]) is set to where bucket ``i``'s members end in the result."""
     m = keys.shape[0]
@@ -162,21 +139,21 @@ def table_members(slot_keys, slot_head, node_seq, node_next, old_keys, old_head,
         heads[i] = node
         while node >= 0:
             total += 1
-            node = _next(node_next, old_next, meta, node)
+            node = np.int64(node_next[node])
         ends[i] = total
     out = np.empty(total, dtype=np.uint32)
     c = 0
     for i in range(m):
         node = heads[i]
         while node >= 0:
-            out[c] = _seq(node_seq, old_seq, meta, node)
+            out[c] = node_seq[node]
             c += 1
-            node = _next(node_next, old_next, meta, node)
+            node = np.int64(node_next[node])
     return out
 
 
 @kernel
-def table_add(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, old_seq, old_next, meta, keys, seqs, cap):
+def table_add(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta, keys, seqs, cap):
     """File ``seqs[i]`` under the key ``keys[i]`` (uint64[m], uint32[m]), newest first; a list over
     ``cap`` members loses its oldest. The caller has made room (:meth:`MemberLists.reserve`)."""
     for i in range(keys.shape[0]):
@@ -194,31 +171,31 @@ def table_add(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, old
             meta[4] += 1
         node = meta[2]
         if node >= 0:
-            meta[2] = _next(node_next, old_next, meta, node)
+            meta[2] = np.int64(node_next[node])
         else:
             node = meta[1]
             meta[1] += 1
-        _set_seq(node_seq, old_seq, meta, node, seqs[i])
-        _set_next(node_next, old_next, meta, node, slot_head[h])
+        _put(node_seq, mirror_seq, meta, node, seqs[i])
+        _put(node_next, mirror_next, meta, node, slot_head[h])
         slot_head[h] = node
         meta[3] += 1
         count = 1
         while count < cap and node >= 0:  # the cap-th member, whose successors go
-            node = _next(node_next, old_next, meta, node)
+            node = np.int64(node_next[node])
             count += 1
         if node >= 0:
-            drop = _next(node_next, old_next, meta, node)
-            _set_next(node_next, old_next, meta, node, -1)
+            drop = np.int64(node_next[node])
+            _put(node_next, mirror_next, meta, node, -1)
             while drop >= 0:
-                after = _next(node_next, old_next, meta, drop)
-                _set_next(node_next, old_next, meta, drop, meta[2])
+                after = np.int64(node_next[drop])
+                _put(node_next, mirror_next, meta, drop, meta[2])
                 meta[2] = drop
                 meta[3] -= 1
                 drop = after
 
 
 @kernel
-def table_remove(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, old_seq, old_next, meta, keys, seq):
+def table_remove(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta, keys, seq):
     """Take article ``seq`` out of the buckets ``keys`` (uint64[m]); absent members are ignored."""
     for i in range(keys.shape[0]):
         h = _slot_of(slot_keys, keys[i])
@@ -230,19 +207,19 @@ def table_remove(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, 
             heads = old_head
         prev = np.int64(-1)
         node = np.int64(heads[h])
-        while node >= 0 and _seq(node_seq, old_seq, meta, node) != seq:
+        while node >= 0 and node_seq[node] != seq:
             prev = node
-            node = _next(node_next, old_next, meta, node)
+            node = np.int64(node_next[node])
         if node < 0:
             continue
-        after = _next(node_next, old_next, meta, node)
+        after = np.int64(node_next[node])
         if prev < 0:
             heads[h] = after
             if after < 0:
                 meta[4] -= 1
         else:
-            _set_next(node_next, old_next, meta, prev, after)
-        _set_next(node_next, old_next, meta, node, meta[2])
+            _put(node_next, mirror_next, meta, prev, after)
+        _put(node_next, mirror_next, meta, node, meta[2])
         meta[2] = node
         meta[3] -= 1
 
@@ -271,8 +248,9 @@ class MemberLists:
 
     Growth is incremental, so that no add pays for a whole rehash or copy (:meth:`reserve`): while
     a table grows there are two, the table and the *draining* one (``old_keys``/``old_head``), and
-    each key's list is in exactly one of them; while the node arrays grow, nodes below the copy
-    cursor live in the new arrays, the others in ``old_seq``/``old_next`` until copied.
+    each key's list is in exactly one of them; while the node arrays grow, the larger ones
+    (``mirror_seq``/``mirror_next``) are filled by a copy a chunk per add, every write below the
+    copy cursor going to both, and replace the node arrays once complete.
     """
 
     def __init__(self, cap: int, slots: int = 1 << 12, nodes: int = 1 << 12) -> None:
@@ -287,7 +265,7 @@ class MemberLists:
 
     def _settled(self) -> None:
         """No growth under way (a new or loaded table)."""
-        self.old_keys, self.old_head, self.old_seq, self.old_next = _NO_KEYS, _NO_HEADS, _NO_SEQS, _NO_HEADS
+        self.old_keys, self.old_head, self.mirror_seq, self.mirror_next = _NO_KEYS, _NO_HEADS, _NO_SEQS, _NO_HEADS
         self._next: tuple[np.ndarray, np.ndarray] | None = None  # the next table while it is initialised
         self._filled = 0
         if self.meta.shape[0] < _META:  # a snapshot of the format before incremental growth
@@ -300,14 +278,15 @@ class MemberLists:
 
     def settle(self) -> None:
         """Finish any growth under way (before a snapshot: it keeps one table and one pair of node arrays)."""
-        self._copy_nodes(self.old_seq.shape[0])
+        self.mirror_seq, self.mirror_next = _NO_SEQS, _NO_HEADS  # (the node arrays are complete)
+        self.meta[6] = 0
         self._migrate(self.old_keys.shape[0])
         self._next = None
 
     @property
     def _args(self) -> tuple:
         return (self.slot_keys, self.slot_head, self.node_seq, self.node_next,
-                self.old_keys, self.old_head, self.old_seq, self.old_next, self.meta)
+                self.old_keys, self.old_head, self.mirror_seq, self.mirror_next, self.meta)
 
     @property
     def members(self) -> int:
@@ -317,7 +296,7 @@ class MemberLists:
     @property
     def nbytes(self) -> int:
         arrays = (self.slot_keys, self.slot_head, self.node_seq, self.node_next,
-                  self.old_keys, self.old_head, self.old_seq, self.old_next, *(self._next or ()))
+                  self.old_keys, self.old_head, self.mirror_seq, self.mirror_next, *(self._next or ()))
         return sum(a.nbytes for a in arrays)
 
     def lookup(self, keys: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
@@ -359,26 +338,34 @@ class MemberLists:
         """Room for ``entries`` more entries: more nodes, and slots kept at most :data:`MAX_LOAD` used.
 
         Neither grows in one go (a rehash of every list in one add stalled that add: seconds at a
-        few million articles). Nodes: new arrays are allocated (zeroed lazily by the OS, not
-        touched) and each add copies the next :data:`COPY_PER_ENTRY` nodes per entry of the old
-        ones; the kernels read and write a node where it lives meanwhile. Slots: past
+        few million articles). Nodes: past :data:`PREPARE_NODES` of them used, larger arrays are
+        allocated (zeroed lazily by the OS, not touched) and each add copies the next
+        :data:`COPY_PER_ENTRY` nodes per entry into them; the kernels keep reading the node arrays
+        and write a node in both if it is already copied; once all are they replace the node arrays. Slots: past
         :data:`PREPARE_LOAD` the next table is allocated and initialised a chunk per add (so its
         pages are not all faulted in by one add), while adds still go to the table; once it is
         ready it becomes the table and the old one drains, :data:`MIGRATE_PER_ENTRY` slots per
         entry added (a key still there is moved first when added to). Both finish long before the
         next growth; a table that would still pass :data:`MAX_LOAD` finishes at once."""
         meta = self.meta
-        if self.old_seq.shape[0]:
+        if self.mirror_seq.shape[0]:
             self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
-        if meta[1] + entries > self.node_seq.shape[0]:
-            self._copy_nodes(self.old_seq.shape[0])
+        elif meta[1] + entries > PREPARE_NODES * self.node_seq.shape[0]:
             n = self.node_seq.shape[0]
-            while meta[1] + entries > n:
+            while meta[1] + entries > PREPARE_NODES * n:
                 n = int(n * GROWTH) + 1
-            self.old_seq, self.old_next = self.node_seq, self.node_next
-            self.node_seq, self.node_next = np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.int32)
+            self.mirror_seq, self.mirror_next = np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.int32)
             meta[6] = 0
             self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
+        if meta[1] + entries > self.node_seq.shape[0]:  # (an add larger than the copy's head start)
+            self._copy_nodes(self.node_seq.shape[0])
+            if meta[1] + entries > self.node_seq.shape[0]:
+                n = self.node_seq.shape[0]
+                while meta[1] + entries > n:
+                    n = int(n * GROWTH) + 1
+                seq, nxt = np.zeros(n, dtype=np.uint32), np.full(n, -1, dtype=np.int32)
+                seq[:meta[1]], nxt[:meta[1]] = self.node_seq[:meta[1]], self.node_next[:meta[1]]
+                self.node_seq, self.node_next = seq, nxt
         size = self.slot_keys.shape[0]
         full = meta[0] + entries > MAX_LOAD * size
         if self.old_keys.shape[0]:
@@ -393,8 +380,8 @@ class MemberLists:
             self._filled = 0
         if self._next is not None:
             keys, head = self._next
-            # done while the table passes at most (MAX_LOAD - PREPARE_LOAD) / 2 more of its slots
-            step = MIN_FILL + int(keys.shape[0] * entries / max(1.0, (MAX_LOAD - PREPARE_LOAD) / 2 * size))
+            # done while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots
+            step = MIN_FILL + int(keys.shape[0] * entries / max(1.0, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size))
             end = keys.shape[0] if full else min(keys.shape[0], self._filled + step)
             keys[self._filled:end] = EMPTY
             head[self._filled:end] = -1
@@ -408,16 +395,17 @@ class MemberLists:
                 self._migrate(MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
 
     def _copy_nodes(self, steps: int) -> None:
-        """Copy the next ``steps`` nodes of the old node arrays; drop them once all are copied."""
-        old = self.old_seq.shape[0]
-        if old:
+        """Copy the next ``steps`` nodes into the larger node arrays; they replace the node arrays once all are."""
+        n = self.node_seq.shape[0]
+        if self.mirror_seq.shape[0]:
             start = int(self.meta[6])
-            end = min(old, start + steps)
-            self.node_seq[start:end] = self.old_seq[start:end]
-            self.node_next[start:end] = self.old_next[start:end]
+            end = min(n, start + steps)
+            self.mirror_seq[start:end] = self.node_seq[start:end]
+            self.mirror_next[start:end] = self.node_next[start:end]
             self.meta[6] = end
-            if end == old:
-                self.old_seq, self.old_next = _NO_SEQS, _NO_HEADS
+            if end == n:
+                self.node_seq, self.node_next = self.mirror_seq, self.mirror_next
+                self.mirror_seq, self.mirror_next = _NO_SEQS, _NO_HEADS
                 self.meta[6] = 0
 
     def _migrate(self, steps: int) -> None:

@@ -15,7 +15,8 @@ arrays per slot: ``fps`` (uint64, the permuted SimHash), ``tags`` (uint8: 0 a fr
 removed entry, else the table number + 1) and ``seqs`` (uint32). An entry's home slot is a hash of
 its table and its key bits, so every entry of one key is in the run of occupied slots that starts
 at that home: a probe walks the run (removed entries included) until a free slot, and checks table,
-key bits and distance of each entry it passes. Entries are never moved but by a rehash, which
+key bits and distance of each entry it passes. Entries are never moved but by a growth (incremental:
+:meth:`SimhashTable.reserve`; probes walk the draining table's runs too meanwhile), which
 drops the removed ones; the table is at most 70 % full (free + removed slots counted as used) and
 grows by half. 13 bytes a slot at 47-70 % load: ~19-28 bytes per entry, ~190-280 bytes per
 indexed article at 10 tables (:attr:`SimhashTable.nbytes`; the ``stream_dedup_simhash_table_bytes``
@@ -248,8 +249,8 @@ class SimhashTable:
             self._filled = 0
         if self._next is not None:
             fps, tags, seqs = self._next
-            # done while the table passes at most (MAX_LOAD - PREPARE_LOAD) / 2 more of its slots
-            step = MIN_FILL + int(fps.shape[0] * entries / max(1.0, (MAX_LOAD - PREPARE_LOAD) / 2 * size))
+            # done while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots
+            step = MIN_FILL + int(fps.shape[0] * entries / max(1.0, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size))
             end = fps.shape[0] if full else min(fps.shape[0], self._filled + step)
             fps[self._filled:end] = 0  # (every page touched now, not by the migration's scattered writes)
             tags[self._filled:end] = FREE

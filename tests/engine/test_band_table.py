@@ -119,12 +119,12 @@ def test_incremental_growth_matches_the_model_mid_migration(cap: int, monkeypatc
         added.append((keys, seq))
         seen["prepare"] += table._next is not None
         seen["drain"] += table.old_keys.shape[0] > 0
-        seen["copy"] += table.old_seq.shape[0] > 0
+        seen["copy"] += table.mirror_seq.shape[0] > 0
         sizes.add(table.slot_keys.shape[0])
         probe = rnd.sample(universe, 5)
         expect = [m for k in probe for m in model.lists.get(k, [])]
         assert table.lookup(np.array(probe, dtype=np.uint64)).tolist() == expect
-        growing = table.old_keys.shape[0] or table.old_seq.shape[0] or table._next is not None
+        growing = table.old_keys.shape[0] or table.mirror_seq.shape[0] or table._next is not None
         if growing and seq - last_snapshot > 1200:  # a snapshot mid-growth
             last_snapshot = seq
             snapshots += 1
