@@ -41,16 +41,16 @@ from .jit import inline, kernel
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key has it: see band_keys)
 MAX_LOAD = 0.8   # slots used (live or emptied) at most; a rehash leaves the live ones at most 0.8 / GROWTH
-PREPARE_LOAD = 0.7  # past this, the next table is allocated and initialised a chunk per add (see reserve)
+PREPARE_LOAD = 0.65  # past this, the next table is allocated and initialised a chunk per add (see reserve)
 GROWTH = 1.5
 UNCAPPED = 2**31 - 1  # a cap no list reaches
 #: meta: slots used (live or emptied) in the table, node high-water mark, free-list head, members, live slots
 #: (in both tables), the migration cursor in the draining table, the copy cursor in the old node arrays
 _META = 7
 #: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
-MIN_FILL, MIN_MIGRATE, MIN_COPY = 1 << 16, 1 << 14, 1 << 16
+MIN_FILL, MIN_MIGRATE, MIN_COPY = 1 << 14, 1 << 14, 1 << 14
 PREPARE_NODES = 0.75  # node arrays this used: the larger ones are allocated and filled a chunk per add
-MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 6, 8
+MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 6, 6
 _NO_KEYS = np.full(0, EMPTY, dtype=np.uint64)
 _NO_HEADS = np.zeros(0, dtype=np.int32)
 _NO_SEQS = np.zeros(0, dtype=np.uint32)
