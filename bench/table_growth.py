@@ -4,16 +4,19 @@
 
 The LSH buckets (:class:`stream_dedup.band_table.BandTable`) and the permuted SimHash tables
 (:class:`stream_dedup.simhash_table.SimhashTable`) are open-addressing tables that grow by half
-when they would be too full: :meth:`reserve` allocates the larger arrays and rehashes every entry
-in one kernel call, inside the ``add`` of whichever batch crosses the line. In the worker that
-batch is one decision-stage transaction, so every record waiting behind it waits for the rehash.
+when they would be too full. Up to 7c9df52 :meth:`reserve` allocated the larger arrays and rehashed
+every entry in one kernel call, inside the ``add`` of whichever batch crossed the line (in the
+worker that batch is one decision-stage transaction, so every record behind it waited for the
+rehash); since then the growth is incremental, spread over the adds (initialise the next table a
+chunk per add, then drain the old one a few slots per entry added; node arrays copied likewise).
 
 This files ``--articles`` articles, ``--batch`` at a time, into a band table and a SimHash table of
 the default configuration's shape (bands x rows, bucket cap, table masks), with random keys
 standing in for the articles' (distinct band keys and SimHashes: the dev stream's near-duplicates
 share some, which makes the tables a little smaller, not the rehash cheaper per entry), and
 prints every batch that took longer than ``--threshold-ms``: the articles filed by then, the
-table's size after it, and the milliseconds; then the median batch. Memory: ~1.2 GB at 1M articles.
+table's size after it, and the milliseconds; then the median batch, the total and the worst batch.
+Memory: ~1.2-1.7 GB at 1M articles.
 """
 
 from __future__ import annotations
