@@ -393,6 +393,16 @@ class MemberLists:
                 self._next = None
                 meta[0] = meta[5] = 0
                 self._migrate(MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+        if meta[0] + entries > MAX_LOAD * self.slot_keys.shape[0]:  # (an add larger than the growth's head start)
+            self._migrate(self.old_keys.shape[0])
+            new = self.slot_keys.shape[0]
+            while meta[4] + entries > MAX_LOAD * new / GROWTH:
+                new = int(new * GROWTH) + 1
+            self.old_keys, self.old_head = self.slot_keys, self.slot_head
+            self.slot_keys, self.slot_head = np.full(new, EMPTY, dtype=np.uint64), np.full(new, -1, dtype=np.int32)
+            self._next = None
+            meta[0] = meta[5] = 0
+            self._migrate(self.old_keys.shape[0])
 
     def _copy_nodes(self, steps: int) -> None:
         """Copy the next ``steps`` nodes into the larger node arrays; they replace the node arrays once all are."""

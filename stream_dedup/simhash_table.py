@@ -263,6 +263,17 @@ class SimhashTable:
                 self._next = None
                 meta[0] = meta[2] = 0
                 self._migrate(MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+        if meta[0] + entries > MAX_LOAD * self.fps.shape[0]:  # (an add larger than the growth's head start)
+            self._migrate(self.old_tags.shape[0])
+            new = self.fps.shape[0]
+            while meta[1] + entries > MAX_LOAD * new / GROWTH:
+                new = int(new * GROWTH) + 1
+            self.old_fps, self.old_tags, self.old_seqs = self.fps, self.tags, self.seqs
+            self.fps, self.tags, self.seqs = (np.zeros(new, dtype=np.uint64), np.zeros(new, dtype=np.uint8),
+                                              np.zeros(new, dtype=np.uint32))
+            self._next = None
+            meta[0] = meta[2] = 0
+            self._migrate(self.old_tags.shape[0])
 
     def _migrate(self, steps: int) -> None:
         """Move the entries of the next ``steps`` slots of the draining table; drop it once empty."""

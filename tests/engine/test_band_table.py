@@ -142,3 +142,28 @@ def test_incremental_growth_matches_the_model_mid_migration(cap: int, monkeypatc
     assert table.as_dict() == {k: v for k, v in model.lists.items() if v}
     assert min(seen.values()) > 50 and len(sizes) >= 4 and snapshots >= 3, (seen, sizes, snapshots)
     assert table.meta[4] == sum(1 for v in model.lists.values() if v)
+
+
+def test_a_large_add_mid_growth_finishes_the_growth_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An add larger than what the paced growth leaves room for finishes it (and grows again) at once."""
+    monkeypatch.setattr(band_table, "MIN_FILL", 1)
+    monkeypatch.setattr(band_table, "MIN_MIGRATE", 1)
+    monkeypatch.setattr(band_table, "MIN_COPY", 1)
+    monkeypatch.setattr(band_table, "MIGRATE_PER_ENTRY", 1)
+    monkeypatch.setattr(band_table, "COPY_PER_ENTRY", 1)
+    rnd = random.Random(9)
+    table = BandTable(bands=2, rows=3, cap=3, slots=64, nodes=64)
+    model = Model(3)
+    universe = [rnd.getrandbits(64) % (2**64 - 1) for _ in range(5000)]
+    seq, large = 0, 0
+    while large < 3:
+        growing = table.old_keys.shape[0] or table.mirror_seq.shape[0] or table._next is not None
+        n = 400 if growing else 1
+        large += n > 1
+        keys = [rnd.sample(universe[:300 + seq // 2], 2) for _ in range(n)]
+        table.add(np.array(keys, dtype=np.uint64), np.arange(seq, seq + n, dtype=np.uint32))
+        for i, k in enumerate(keys):
+            model.add(k, seq + i)
+        seq += n
+        assert table.as_dict() == {k: v for k, v in model.lists.items() if v}
+    assert table.members == sum(len(v) for v in model.lists.values())

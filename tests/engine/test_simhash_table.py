@@ -113,3 +113,24 @@ def test_probe_and_removal_mid_growth_match_brute_force(monkeypatch: pytest.Monk
         assert table.entries == len(model) * len(tables)
     assert table.as_set() == {(t, tables.permute(fp, t), seq) for seq, fp in model.items() for t in range(len(tables))}
     assert min(seen.values()) > 50 and len(sizes) >= 4 and snapshots >= 2, (seen, sizes, snapshots)
+
+
+def test_a_large_add_mid_growth_finishes_the_growth_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An add larger than what the paced growth leaves room for finishes it (and grows again) at once."""
+    monkeypatch.setattr(simhash_table, "MIN_FILL", 1)
+    monkeypatch.setattr(simhash_table, "MIN_MIGRATE", 1)
+    monkeypatch.setattr(simhash_table, "MIGRATE_PER_ENTRY", 1)
+    rng = np.random.default_rng(11)
+    tables = PermutedTables(3, 5)
+    table = SimhashTable(tables.key_masks, slots=64)
+    model: dict[int, int] = {}
+    seq, large = 0, 0
+    while large < 3:
+        n = 300 if table._next is not None or table.old_tags.shape[0] else 1
+        large += n > 1
+        fps = [int(x) << 1 for x in rng.integers(0, 2**62, size=n)]
+        table.add_many(tables.permute_many(np.array(fps, dtype=np.uint64)), np.arange(seq, seq + n, dtype=np.uint32))
+        model.update(zip(range(seq, seq + n), fps, strict=True))
+        seq += n
+    assert table.as_set() == {(t, tables.permute(fp, t), s) for s, fp in model.items() for t in range(len(tables))}
+    assert table.entries == len(model) * len(tables)
