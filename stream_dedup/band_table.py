@@ -17,14 +17,14 @@ Layout (numpy arrays, the operations are numba kernels):
   reason about); for ``r > 3`` it is a 64-bit mix of them (a false collision, ~n/2^64 per lookup,
   only adds a candidate that verification then rejects);
 * ``slot_keys[C]`` / ``slot_head[C]``: open addressing with linear probing, at most 80 % full and
-  grown by half when it would be fuller (so 53-80 % full), incrementally (:meth:`MemberLists.reserve`:
+  doubled when it would be fuller (so 40-80 % full), incrementally (:meth:`MemberLists.reserve`:
   no add rehashes the whole table); a slot whose list became empty keeps its key until the next growth;
 * ``node_seq[N]`` / ``node_next[N]``: each bucket a singly linked list of article seqs, newest
   first, at most ``cap`` long (adding to a full bucket drops its oldest member, as the RocksDB
   lists did); freed nodes go to a free list.
 
-Memory: 12 bytes a slot and 8 bytes a member (node arrays also grown by half): ~25-32 bytes per
-band entry, ~1 KB per indexed article at 37 bands (:attr:`MemberLists.nbytes`; the
+Memory: 12 bytes a slot and 8 bytes a member (node arrays grown by half): ~25-40 bytes per
+band entry, ~1-1.5 KB per indexed article at 37 bands (:attr:`MemberLists.nbytes`; the
 ``stream_dedup_band_table_bytes`` gauge). Rebuilding reads every article record once (~13 s per
 million articles); loading the snapshot reads one file of about the lists' size.
 
@@ -40,9 +40,11 @@ import numpy as np
 from .jit import inline, kernel
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key has it: see band_keys)
-MAX_LOAD = 0.8   # slots used (live or emptied) at most; a rehash leaves the live ones at most 0.8 / GROWTH
-PREPARE_LOAD = 0.65  # past this, the next table is allocated and initialised a chunk per add (see reserve)
-GROWTH = 1.5
+MAX_LOAD = 0.8   # slots used (live or emptied) at most; a growth leaves the live ones at most 0.8 / SLOT_GROWTH
+PREPARE_LOAD = 0.5  # past this, the next table is allocated and initialised a chunk per add (see reserve)
+#: the slot table doubles (grown by half, the next growth's preparation began as soon as the last one
+#: ended: 1.5-1.8x the total add time at 1M articles in bench/table_growth.py); node arrays grow by half
+SLOT_GROWTH, GROWTH = 2.0, 1.5
 UNCAPPED = 2**31 - 1  # a cap no list reaches
 #: meta: slots used (live or emptied) in the table, node high-water mark, free-list head, members, live slots
 #: (in both tables), the migration cursor in the draining table, the copy cursor in the old node arrays
@@ -50,7 +52,7 @@ _META = 7
 #: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
 MIN_FILL, MIN_MIGRATE, MIN_COPY = 1 << 14, 1 << 14, 1 << 14
 PREPARE_NODES = 0.75  # node arrays this used: the larger ones are allocated and filled a chunk per add
-MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 6, 6
+MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 16, 6
 _NO_KEYS = np.full(0, EMPTY, dtype=np.uint64)
 _NO_HEADS = np.zeros(0, dtype=np.int32)
 _NO_SEQS = np.zeros(0, dtype=np.uint32)
@@ -296,8 +298,10 @@ class MemberLists:
     @property
     def nbytes(self) -> int:
         arrays = (self.slot_keys, self.slot_head, self.node_seq, self.node_next,
-                  self.old_keys, self.old_head, self.mirror_seq, self.mirror_next, *(self._next or ()))
-        return sum(a.nbytes for a in arrays)
+                  self.old_keys, self.old_head)
+        # (the next table's and the larger node arrays' pages are resident as far as they are written)
+        return (sum(a.nbytes for a in arrays) + sum(a[:self._filled].nbytes for a in self._next or ())
+                + sum(a[:self.meta[6]].nbytes for a in (self.mirror_seq, self.mirror_next)))
 
     def lookup(self, keys: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
         """uint32 members of the lists ``keys`` (uint64[m]), list after list, newest first
@@ -374,8 +378,8 @@ class MemberLists:
         if self._next is None and meta[0] + entries > PREPARE_LOAD * size:
             self._migrate(self.old_keys.shape[0])
             new = size  # the same size if emptied lists made the load
-            while meta[4] + entries + (MAX_LOAD - PREPARE_LOAD) * size > MAX_LOAD * new / GROWTH:
-                new = int(new * GROWTH) + 1
+            while meta[4] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size > MAX_LOAD * new / SLOT_GROWTH:
+                new = int(new * SLOT_GROWTH) + 1
             self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.int32)
             self._filled = 0
         if self._next is not None:
@@ -396,8 +400,8 @@ class MemberLists:
         if meta[0] + entries > MAX_LOAD * self.slot_keys.shape[0]:  # (an add larger than the growth's head start)
             self._migrate(self.old_keys.shape[0])
             new = self.slot_keys.shape[0]
-            while meta[4] + entries > MAX_LOAD * new / GROWTH:
-                new = int(new * GROWTH) + 1
+            while meta[4] + entries > MAX_LOAD * new / SLOT_GROWTH:
+                new = int(new * SLOT_GROWTH) + 1
             self.old_keys, self.old_head = self.slot_keys, self.slot_head
             self.slot_keys, self.slot_head = np.full(new, EMPTY, dtype=np.uint64), np.full(new, -1, dtype=np.int32)
             self._next = None

@@ -18,7 +18,7 @@ at that home: a probe walks the run (removed entries included) until a free slot
 key bits and distance of each entry it passes. Entries are never moved but by a growth (incremental:
 :meth:`SimhashTable.reserve`; probes walk the draining table's runs too meanwhile), which
 drops the removed ones; the table is at most 70 % full (free + removed slots counted as used) and
-grows by half. 13 bytes a slot at 47-70 % load: ~19-28 bytes per entry, ~190-280 bytes per
+doubles. 13 bytes a slot at 35-70 % load: ~19-37 bytes per entry, ~190-370 bytes per
 indexed article at 10 tables (:attr:`SimhashTable.nbytes`; the ``stream_dedup_simhash_table_bytes``
 gauge). Many copies of one story share its SimHash: their entries fill one run, and a probe for
 it walks them all, as the RocksDB seek did (no cap: a fingerprint within ``k`` bits is never missed).
@@ -34,8 +34,10 @@ FREE = 0
 REMOVED = 255
 MAX_TABLES = 254  # tags 1..254
 MAX_LOAD = 0.7
-PREPARE_LOAD = 0.6  # past this, the next table is allocated and initialised a chunk per add (see reserve)
-GROWTH = 1.5
+PREPARE_LOAD = 0.5  # past this, the next table is allocated and initialised a chunk per add (see reserve)
+#: the table doubles (grown by half, the growth work spanned most adds: 2.4x the total add time of the
+#: one-rehash growth at 1M articles in bench/table_growth.py, against 1.5x doubling)
+GROWTH = 2.0
 _META = 3  # slots used (live or removed) in the table, live entries (in both tables), the migration cursor
 #: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
 MIN_FILL, MIN_MIGRATE = 1 << 16, 1 << 14
@@ -203,8 +205,9 @@ class SimhashTable:
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.fps, self.tags, self.seqs, self.old_fps, self.old_tags, self.old_seqs, *(self._next or ()))
-        return sum(a.nbytes for a in arrays)
+        arrays = (self.fps, self.tags, self.seqs, self.old_fps, self.old_tags, self.old_seqs)
+        # (the next table's pages are resident as far as it is initialised)
+        return sum(a.nbytes for a in arrays) + sum(a[:self._filled].nbytes for a in self._next or ())
 
     def add(self, permuted: np.ndarray, seq: int) -> None:
         """File article ``seq`` with its SimHash permuted for each table (uint64[T])."""
@@ -243,7 +246,7 @@ class SimhashTable:
         if self._next is None and meta[0] + entries > PREPARE_LOAD * size:
             self._migrate(self.old_tags.shape[0])
             new = size  # the same size if removals made the load
-            while meta[1] + entries + (MAX_LOAD - PREPARE_LOAD) * size > MAX_LOAD * new / GROWTH:
+            while meta[1] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size > MAX_LOAD * new / GROWTH:
                 new = int(new * GROWTH) + 1
             self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.uint8), np.empty(new, dtype=np.uint32)
             self._filled = 0
