@@ -4,16 +4,19 @@
 
 The LSH buckets (:class:`stream_dedup.band_table.BandTable`) and the permuted SimHash tables
 (:class:`stream_dedup.simhash_table.SimhashTable`) are open-addressing tables that grow by half
-when they would be too full: :meth:`reserve` allocates the larger arrays and rehashes every entry
-in one kernel call, inside the ``add`` of whichever batch crosses the line. In the worker that
-batch is one decision-stage transaction, so every record waiting behind it waits for the rehash.
+when they would be too full. Up to 7c9df52 :meth:`reserve` allocated the larger arrays and rehashed
+every entry in one kernel call, inside the ``add`` of whichever batch crossed the line (in the
+worker that batch is one decision-stage transaction, so every record behind it waited for the
+rehash); since then the growth is incremental, spread over the adds (initialise the next table a
+chunk per add, then drain the old one a few slots per entry added; node arrays copied likewise).
 
 This files ``--articles`` articles, ``--batch`` at a time, into a band table and a SimHash table of
 the default configuration's shape (bands x rows, bucket cap, table masks), with random keys
 standing in for the articles' (distinct band keys and SimHashes: the dev stream's near-duplicates
 share some, which makes the tables a little smaller, not the rehash cheaper per entry), and
 prints every batch that took longer than ``--threshold-ms``: the articles filed by then, the
-table's size after it, and the milliseconds; then the median batch. Memory: ~1.2 GB at 1M articles.
+table's size after it, and the milliseconds; then the median batch, the total and the worst batch.
+Memory: ~1.2-1.7 GB at 1M articles.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from stream_dedup.simhash_table import SimhashTable  # noqa: E402
 def stalls(add, nbytes, articles: int, batch: int, threshold: float) -> tuple[list[dict], float]:
     """Times ``add(first_seq, n)`` batch by batch; the batches over ``threshold`` s and the median."""
     times, slow = [], []
+    start = time.perf_counter()
     for first in range(0, articles, batch):
         n = min(batch, articles - first)
         t0 = time.perf_counter()
@@ -47,6 +51,7 @@ def stalls(add, nbytes, articles: int, batch: int, threshold: float) -> tuple[li
         times.append(dt)
         if dt > threshold:
             slow.append({"articles": first + n, "table_mib": round(nbytes() / 2**20), "ms": round(dt * 1000, 1)})
+    stalls.total = time.perf_counter() - start
     return slow, float(np.median(times))
 
 
@@ -78,8 +83,10 @@ def main() -> int:
     for name, add, nbytes in (("LSH band table", add_bands, lambda: bands.nbytes),
                               ("SimHash tables", add_simhash, lambda: simhash.nbytes)):
         slow, median = stalls(add, nbytes, args.articles, args.batch, args.threshold_ms / 1000)
-        result[name] = {"median_batch_ms": round(median * 1000, 2), "slow_batches": slow}
+        result[name] = {"median_batch_ms": round(median * 1000, 2), "total_s": round(stalls.total, 2),
+                        "slow_batches": slow}
         print(f"{name}: {args.articles:,} articles, {args.batch} per batch, median batch {median * 1000:.2f} ms, "
+              f"total {stalls.total:.2f} s, worst batch {max([r['ms'] for r in slow], default=0):,.1f} ms, "
               f"final size {nbytes() / 2**20:,.0f} MiB")
         print("| articles filed | table MiB after | batch ms |")
         print("| ---: | ---: | ---: |")

@@ -17,14 +17,14 @@ Layout (numpy arrays, the operations are numba kernels):
   reason about); for ``r > 3`` it is a 64-bit mix of them (a false collision, ~n/2^64 per lookup,
   only adds a candidate that verification then rejects);
 * ``slot_keys[C]`` / ``slot_head[C]``: open addressing with linear probing, at most 80 % full and
-  grown by half when it would be fuller (so 53-80 % full); a slot whose list became empty keeps its
-  key until the next rehash;
+  doubled when it would be fuller (so 40-80 % full), incrementally (:meth:`MemberLists.reserve`:
+  no add rehashes the whole table); a slot whose list became empty keeps its key until the next growth;
 * ``node_seq[N]`` / ``node_next[N]``: each bucket a singly linked list of article seqs, newest
   first, at most ``cap`` long (adding to a full bucket drops its oldest member, as the RocksDB
   lists did); freed nodes go to a free list.
 
-Memory: 12 bytes a slot and 8 bytes a member (node arrays also grown by half): ~25-32 bytes per
-band entry, ~1 KB per indexed article at 37 bands (:attr:`MemberLists.nbytes`; the
+Memory: 12 bytes a slot and 8 bytes a member (node arrays grown by half): ~25-40 bytes per
+band entry, ~1-1.5 KB per indexed article at 37 bands (:attr:`MemberLists.nbytes`; the
 ``stream_dedup_band_table_bytes`` gauge). Rebuilding reads every article record once (~13 s per
 million articles); loading the snapshot reads one file of about the lists' size.
 
@@ -40,10 +40,22 @@ import numpy as np
 from .jit import inline, kernel
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key has it: see band_keys)
-MAX_LOAD = 0.8   # slots used (live or emptied) at most; a rehash leaves the live ones at most 0.8 / GROWTH
-GROWTH = 1.5
+MAX_LOAD = 0.8   # slots used (live or emptied) at most; a growth leaves the live ones at most 0.8 / SLOT_GROWTH
+PREPARE_LOAD = 0.5  # past this, the next table is allocated and initialised a chunk per add (see reserve)
+#: the slot table doubles (grown by half, the next growth's preparation began as soon as the last one
+#: ended: 1.5-1.8x the total add time at 1M articles in bench/table_growth.py); node arrays grow by half
+SLOT_GROWTH, GROWTH = 2.0, 1.5
 UNCAPPED = 2**31 - 1  # a cap no list reaches
-_META = 5  # meta: slots used (live or emptied), node high-water mark, free-list head, members, live slots
+#: meta: slots used (live or emptied) in the table, node high-water mark, free-list head, members, live slots
+#: (in both tables), the migration cursor in the draining table, the copy cursor in the old node arrays
+_META = 7
+#: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
+MIN_FILL, MIN_MIGRATE, MIN_COPY = 1 << 14, 1 << 14, 1 << 14
+PREPARE_NODES = 0.75  # node arrays this used: the larger ones are allocated and filled a chunk per add
+MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 16, 6
+_NO_KEYS = np.full(0, EMPTY, dtype=np.uint64)
+_NO_HEADS = np.zeros(0, dtype=np.int32)
+_NO_SEQS = np.zeros(0, dtype=np.uint32)
 
 
 @inline
@@ -82,8 +94,38 @@ def band_keys(rows, bands, r):
     return out
 
 
+@inline
+def _put(array, mirror, meta, node, value):
+    """``array[node] = value``, and in ``mirror`` too if the node is already copied there (while the
+    node arrays grow, below the copy cursor ``meta[6]``: see :meth:`MemberLists.reserve`)."""
+    array[node] = value
+    if node < meta[6]:
+        mirror[node] = value
+
+
+@inline
+def _old_slot(old_keys, meta, key):
+    """The slot of ``key`` in the draining table if the table is migrating and holds it there, else -1."""
+    if meta[5] >= old_keys.shape[0]:
+        return np.int64(-1)
+    h = _slot_of(old_keys, key)
+    return h if old_keys[h] != EMPTY else np.int64(-1)
+
+
+@inline
+def _move_slot(slot_keys, slot_head, old_keys, old_head, meta, j):
+    """Move the list of the draining table's slot ``j`` into the table (its key is not there);
+    the old slot keeps its key with an empty list (probes through it still work)."""
+    h = _slot_of(slot_keys, old_keys[j])
+    slot_keys[h] = old_keys[j]
+    slot_head[h] = old_head[j]
+    old_head[j] = -1
+    meta[0] += 1
+    return h
+
+
 @kernel
-def table_members(slot_keys, slot_head, node_seq, node_next, keys, ends):
+def table_members(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta, keys, ends):
     """The members of the buckets ``keys`` (uint64[m]), bucket after bucket, each newest first;
     ``ends[i]`` (int64[m]) is set to where bucket ``i``'s members end in the result."""
     m = keys.shape[0]
@@ -91,11 +133,15 @@ def table_members(slot_keys, slot_head, node_seq, node_next, keys, ends):
     total = 0
     for i in range(m):
         h = _slot_of(slot_keys, keys[i])
-        node = np.int64(slot_head[h]) if slot_keys[h] != EMPTY else np.int64(-1)
+        if slot_keys[h] != EMPTY:
+            node = np.int64(slot_head[h])
+        else:
+            j = _old_slot(old_keys, meta, keys[i])
+            node = np.int64(old_head[j]) if j >= 0 else np.int64(-1)
         heads[i] = node
         while node >= 0:
             total += 1
-            node = node_next[node]
+            node = np.int64(node_next[node])
         ends[i] = total
     out = np.empty(total, dtype=np.uint32)
     c = 0
@@ -104,85 +150,92 @@ def table_members(slot_keys, slot_head, node_seq, node_next, keys, ends):
         while node >= 0:
             out[c] = node_seq[node]
             c += 1
-            node = node_next[node]
+            node = np.int64(node_next[node])
     return out
 
 
 @kernel
-def table_add(slot_keys, slot_head, node_seq, node_next, meta, keys, seqs, cap):
+def table_add(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta, keys, seqs, cap):
     """File ``seqs[i]`` under the key ``keys[i]`` (uint64[m], uint32[m]), newest first; a list over
     ``cap`` members loses its oldest. The caller has made room (:meth:`MemberLists.reserve`)."""
     for i in range(keys.shape[0]):
         key = keys[i]
         h = _slot_of(slot_keys, key)
         if slot_keys[h] == EMPTY:
-            slot_keys[h] = key
-            slot_head[h] = -1
-            meta[0] += 1
+            j = _old_slot(old_keys, meta, key)
+            if j >= 0 and old_head[j] >= 0:  # still in the draining table: moved first
+                h = _move_slot(slot_keys, slot_head, old_keys, old_head, meta, j)
+            else:
+                slot_keys[h] = key
+                slot_head[h] = -1
+                meta[0] += 1
         if slot_head[h] < 0:
             meta[4] += 1
         node = meta[2]
         if node >= 0:
-            meta[2] = node_next[node]
+            meta[2] = np.int64(node_next[node])
         else:
             node = meta[1]
             meta[1] += 1
-        node_seq[node] = seqs[i]
-        node_next[node] = slot_head[h]
+        _put(node_seq, mirror_seq, meta, node, seqs[i])
+        _put(node_next, mirror_next, meta, node, slot_head[h])
         slot_head[h] = node
         meta[3] += 1
         count = 1
         while count < cap and node >= 0:  # the cap-th member, whose successors go
-            node = node_next[node]
+            node = np.int64(node_next[node])
             count += 1
         if node >= 0:
             drop = np.int64(node_next[node])
-            node_next[node] = -1
+            _put(node_next, mirror_next, meta, node, -1)
             while drop >= 0:
                 after = np.int64(node_next[drop])
-                node_next[drop] = meta[2]
+                _put(node_next, mirror_next, meta, drop, meta[2])
                 meta[2] = drop
                 meta[3] -= 1
                 drop = after
 
 
 @kernel
-def table_remove(slot_keys, slot_head, node_seq, node_next, meta, keys, seq):
+def table_remove(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta, keys, seq):
     """Take article ``seq`` out of the buckets ``keys`` (uint64[m]); absent members are ignored."""
     for i in range(keys.shape[0]):
         h = _slot_of(slot_keys, keys[i])
+        heads = slot_head
         if slot_keys[h] == EMPTY:
-            continue
+            h = _old_slot(old_keys, meta, keys[i])
+            if h < 0:
+                continue
+            heads = old_head
         prev = np.int64(-1)
-        node = np.int64(slot_head[h])
+        node = np.int64(heads[h])
         while node >= 0 and node_seq[node] != seq:
             prev = node
-            node = node_next[node]
+            node = np.int64(node_next[node])
         if node < 0:
             continue
+        after = np.int64(node_next[node])
         if prev < 0:
-            slot_head[h] = node_next[node]
-            if slot_head[h] < 0:
+            heads[h] = after
+            if after < 0:
                 meta[4] -= 1
         else:
-            node_next[prev] = node_next[node]
-        node_next[node] = meta[2]
+            _put(node_next, mirror_next, meta, prev, after)
+        _put(node_next, mirror_next, meta, node, meta[2])
         meta[2] = node
         meta[3] -= 1
 
 
 @kernel
-def table_rehash(slot_keys, slot_head, new_keys, new_head):
-    """Move the non-empty buckets into the (larger or same-size, all-EMPTY) ``new_keys``/``new_head``;
-    returns how many moved."""
-    moved = 0
-    for h in range(slot_keys.shape[0]):
-        if slot_keys[h] != EMPTY and slot_head[h] >= 0:
-            j = _slot_of(new_keys, slot_keys[h])
-            new_keys[j] = slot_keys[h]
-            new_head[j] = slot_head[h]
-            moved += 1
-    return moved
+def table_migrate(slot_keys, slot_head, old_keys, old_head, meta, steps):
+    """Move the non-empty lists of the next ``steps`` slots of the draining table (from the cursor
+    ``meta[5]`` on) into the table; returns whether the draining table is empty now."""
+    end = min(old_keys.shape[0], meta[5] + steps)
+    for j in range(meta[5], end):
+        if old_keys[j] != EMPTY and old_head[j] >= 0:
+            _move_slot(slot_keys, slot_head, old_keys, old_head, meta, j)
+    meta[5] = end
+    return end >= old_keys.shape[0]
 
 
 def list_sizes(ends: np.ndarray) -> np.ndarray:
@@ -193,7 +246,14 @@ def list_sizes(ends: np.ndarray) -> np.ndarray:
 
 
 class MemberLists:
-    """Lists of uint32 members under uint64 keys, at most ``cap`` each (see the module doc). Single writer."""
+    """Lists of uint32 members under uint64 keys, at most ``cap`` each (see the module doc). Single writer.
+
+    Growth is incremental, so that no add pays for a whole rehash or copy (:meth:`reserve`): while
+    a table grows there are two, the table and the *draining* one (``old_keys``/``old_head``), and
+    each key's list is in exactly one of them; while the node arrays grow, the larger ones
+    (``mirror_seq``/``mirror_next``) are filled by a copy a chunk per add, every write below the
+    copy cursor going to both, and replace the node arrays once complete.
+    """
 
     def __init__(self, cap: int, slots: int = 1 << 12, nodes: int = 1 << 12) -> None:
         self.cap = cap
@@ -203,6 +263,32 @@ class MemberLists:
         self.node_next = np.full(nodes, -1, dtype=np.int32)
         self.meta = np.zeros(_META, dtype=np.int64)
         self.meta[2] = -1
+        self._settled()
+
+    def _settled(self) -> None:
+        """No growth under way (a new or loaded table)."""
+        self.old_keys, self.old_head, self.mirror_seq, self.mirror_next = _NO_KEYS, _NO_HEADS, _NO_SEQS, _NO_HEADS
+        self._next: tuple[np.ndarray, np.ndarray] | None = None  # the next table while it is initialised
+        self._filled = 0
+        if self.meta.shape[0] < _META:  # a snapshot of the format before incremental growth
+            self.meta = np.concatenate([self.meta, np.zeros(_META - self.meta.shape[0], dtype=np.int64)])
+        self.meta[5] = self.meta[6] = 0
+
+    def loaded(self) -> None:
+        """Called once the arrays are set from a snapshot."""
+        self._settled()
+
+    def settle(self) -> None:
+        """Finish any growth under way (before a snapshot: it keeps one table and one pair of node arrays)."""
+        self.mirror_seq, self.mirror_next = _NO_SEQS, _NO_HEADS  # (the node arrays are complete)
+        self.meta[6] = 0
+        self._migrate(self.old_keys.shape[0])
+        self._next = None
+
+    @property
+    def _args(self) -> tuple:
+        return (self.slot_keys, self.slot_head, self.node_seq, self.node_next,
+                self.old_keys, self.old_head, self.mirror_seq, self.mirror_next, self.meta)
 
     @property
     def members(self) -> int:
@@ -211,7 +297,11 @@ class MemberLists:
 
     @property
     def nbytes(self) -> int:
-        return self.slot_keys.nbytes + self.slot_head.nbytes + self.node_seq.nbytes + self.node_next.nbytes
+        arrays = (self.slot_keys, self.slot_head, self.node_seq, self.node_next,
+                  self.old_keys, self.old_head)
+        # (the next table's and the larger node arrays' pages are resident as far as they are written)
+        return (sum(a.nbytes for a in arrays) + sum(a[:self._filled].nbytes for a in self._next or ())
+                + sum(a[:self.meta[6]].nbytes for a in (self.mirror_seq, self.mirror_next)))
 
     def lookup(self, keys: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
         """uint32 members of the lists ``keys`` (uint64[m]), list after list, newest first
@@ -219,13 +309,13 @@ class MemberLists:
         where each list's members end."""
         if ends is None:
             ends = np.empty(keys.shape[0], dtype=np.int64)
-        return table_members(self.slot_keys, self.slot_head, self.node_seq, self.node_next, keys, ends)
+        return table_members(*self._args, keys, ends)
 
     def add_entries(self, keys: np.ndarray, seqs: np.ndarray) -> None:
         """File ``seqs[i]`` (uint32[m]) under ``keys[i]`` (uint64[m]), in order."""
         if keys.shape[0]:
             self.reserve(keys.shape[0])
-            table_add(self.slot_keys, self.slot_head, self.node_seq, self.node_next, self.meta, keys, seqs, self.cap)
+            table_add(*self._args, keys, seqs, self.cap)
 
     def file(self, pairs: list[tuple[np.ndarray, int]]) -> None:
         """File each ``(keys, seq)`` in order: ``seq`` under every key of ``keys`` (uint64)."""
@@ -237,34 +327,107 @@ class MemberLists:
     def remove(self, keys: np.ndarray, seq: int) -> None:
         """Take ``seq`` out of the lists ``keys`` (uint64[m])."""
         if keys.shape[0]:
-            table_remove(self.slot_keys, self.slot_head, self.node_seq, self.node_next, self.meta, keys, seq)
+            table_remove(*self._args, keys, seq)
 
     def as_dict(self) -> dict[int, list[int]]:
         """Every non-empty list (for tests and inspection; O(size))."""
-        live = np.flatnonzero((self.slot_keys != EMPTY) & (self.slot_head >= 0))
-        keys = self.slot_keys[live]
+        keys = np.concatenate([self.slot_keys[(self.slot_keys != EMPTY) & (self.slot_head >= 0)],
+                               self.old_keys[(self.old_keys != EMPTY) & (self.old_head >= 0)]])
         ends = np.empty(keys.shape[0], dtype=np.int64)
         members = self.lookup(keys, ends).tolist()
         starts = [0, *ends.tolist()][:keys.shape[0]]
         return {k: members[a:b] for k, a, b in zip(keys.tolist(), starts, ends.tolist(), strict=True)}
 
     def reserve(self, entries: int) -> None:
-        """Room for ``entries`` more entries: more nodes, and slots kept at most :data:`MAX_LOAD` used."""
+        """Room for ``entries`` more entries: more nodes, and slots kept at most :data:`MAX_LOAD` used.
+
+        Neither grows in one go (a rehash of every list in one add stalled that add: seconds at a
+        few million articles). Nodes: past :data:`PREPARE_NODES` of them used, larger arrays are
+        allocated (zeroed lazily by the OS, not touched) and each add copies the next
+        :data:`COPY_PER_ENTRY` nodes per entry into them; the kernels keep reading the node arrays
+        and write a node in both if it is already copied; once all are they replace the node arrays. Slots: past
+        :data:`PREPARE_LOAD` the next table is allocated and initialised a chunk per add (so its
+        pages are not all faulted in by one add), while adds still go to the table; once it is
+        ready it becomes the table and the old one drains, :data:`MIGRATE_PER_ENTRY` slots per
+        entry added (a key still there is moved first when added to). Both finish long before the
+        next growth; a table that would still pass :data:`MAX_LOAD` finishes at once."""
         meta = self.meta
-        if meta[1] + entries > self.node_seq.shape[0]:
+        if self.mirror_seq.shape[0]:
+            self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
+        elif meta[1] + entries > PREPARE_NODES * self.node_seq.shape[0]:
             n = self.node_seq.shape[0]
-            while meta[1] + entries > n:
+            while meta[1] + entries > PREPARE_NODES * n:
                 n = int(n * GROWTH) + 1
-            seq, nxt = np.zeros(n, dtype=np.uint32), np.full(n, -1, dtype=np.int32)
-            seq[:meta[1]], nxt[:meta[1]] = self.node_seq[:meta[1]], self.node_next[:meta[1]]
-            self.node_seq, self.node_next = seq, nxt
+            self.mirror_seq, self.mirror_next = np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.int32)
+            meta[6] = 0
+            self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
+        if meta[1] + entries > self.node_seq.shape[0]:  # (an add larger than the copy's head start)
+            self._copy_nodes(self.node_seq.shape[0])
+            if meta[1] + entries > self.node_seq.shape[0]:
+                n = self.node_seq.shape[0]
+                while meta[1] + entries > n:
+                    n = int(n * GROWTH) + 1
+                seq, nxt = np.zeros(n, dtype=np.uint32), np.full(n, -1, dtype=np.int32)
+                seq[:meta[1]], nxt[:meta[1]] = self.node_seq[:meta[1]], self.node_next[:meta[1]]
+                self.node_seq, self.node_next = seq, nxt
         size = self.slot_keys.shape[0]
-        if meta[0] + entries > MAX_LOAD * size:
-            while meta[4] + entries > MAX_LOAD * size / GROWTH:  # the same size if emptied lists made the load
-                size = int(size * GROWTH) + 1
-            keys, head = np.full(size, EMPTY, dtype=np.uint64), np.full(size, -1, dtype=np.int32)
-            meta[0] = meta[4] = table_rehash(self.slot_keys, self.slot_head, keys, head)
-            self.slot_keys, self.slot_head = keys, head
+        full = meta[0] + entries > MAX_LOAD * size
+        if self.old_keys.shape[0]:
+            self._migrate(self.old_keys.shape[0] if full else MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+            full = meta[0] + entries > MAX_LOAD * size
+        if self._next is None and meta[0] + entries > PREPARE_LOAD * size:
+            self._migrate(self.old_keys.shape[0])
+            new = size  # the same size if emptied lists made the load
+            while meta[4] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size > MAX_LOAD * new / SLOT_GROWTH:
+                new = int(new * SLOT_GROWTH) + 1
+            self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.int32)
+            self._filled = 0
+        if self._next is not None:
+            keys, head = self._next
+            # done while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots
+            step = MIN_FILL + int(keys.shape[0] * entries / max(1.0, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size))
+            end = keys.shape[0] if full else min(keys.shape[0], self._filled + step)
+            keys[self._filled:end] = EMPTY
+            head[self._filled:end] = -1
+            self._filled = end
+            if end == keys.shape[0]:
+                self._migrate(self.old_keys.shape[0])
+                self.old_keys, self.old_head = self.slot_keys, self.slot_head
+                self.slot_keys, self.slot_head = keys, head
+                self._next = None
+                meta[0] = meta[5] = 0
+                self._migrate(MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+        if meta[0] + entries > MAX_LOAD * self.slot_keys.shape[0]:  # (an add larger than the growth's head start)
+            self._migrate(self.old_keys.shape[0])
+            new = self.slot_keys.shape[0]
+            while meta[4] + entries > MAX_LOAD * new / SLOT_GROWTH:
+                new = int(new * SLOT_GROWTH) + 1
+            self.old_keys, self.old_head = self.slot_keys, self.slot_head
+            self.slot_keys, self.slot_head = np.full(new, EMPTY, dtype=np.uint64), np.full(new, -1, dtype=np.int32)
+            self._next = None
+            meta[0] = meta[5] = 0
+            self._migrate(self.old_keys.shape[0])
+
+    def _copy_nodes(self, steps: int) -> None:
+        """Copy the next ``steps`` nodes into the larger node arrays; they replace the node arrays once all are."""
+        n = self.node_seq.shape[0]
+        if self.mirror_seq.shape[0]:
+            start = int(self.meta[6])
+            end = min(n, start + steps)
+            self.mirror_seq[start:end] = self.node_seq[start:end]
+            self.mirror_next[start:end] = self.node_next[start:end]
+            self.meta[6] = end
+            if end == n:
+                self.node_seq, self.node_next = self.mirror_seq, self.mirror_next
+                self.mirror_seq, self.mirror_next = _NO_SEQS, _NO_HEADS
+                self.meta[6] = 0
+
+    def _migrate(self, steps: int) -> None:
+        """Move the lists of the next ``steps`` slots of the draining table; drop it once empty."""
+        if self.old_keys.shape[0] and table_migrate(self.slot_keys, self.slot_head, self.old_keys, self.old_head,
+                                                    self.meta, steps):
+            self.old_keys, self.old_head = _NO_KEYS, _NO_HEADS
+            self.meta[5] = 0
 
 
 class BandTable(MemberLists):

@@ -122,6 +122,7 @@ def load(index: Index) -> Lists | None:
             for prefix, table, arrays in _parts(lists):
                 for name in arrays:
                     setattr(table, name, data[prefix + name])
+                table.loaded()
     except (OSError, KeyError, ValueError):  # a snapshot of an older format (no SimHash tables) included
         return None
     finally:
@@ -134,6 +135,8 @@ def save(index: Index, lists: Lists) -> None:
     path = Path(index.path) / SNAPSHOT_FILE
     tmp = path.with_suffix(".tmp.npz")
     token = os.urandom(16)  # (secrets.token_bytes; importing secrets loads OpenSSL through hmac)
+    for _, table, _ in _parts(lists):
+        table.settle()  # a growth under way is finished: the snapshot keeps one table of each
     arrays = {f"{prefix}{name}": getattr(table, name) for prefix, table, names in _parts(lists) for name in names}
     with open(tmp, "wb") as f:
         np.savez(f, token=np.frombuffer(token, dtype=np.uint8), index=_fingerprint(index), **arrays)

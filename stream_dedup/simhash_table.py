@@ -15,9 +15,10 @@ arrays per slot: ``fps`` (uint64, the permuted SimHash), ``tags`` (uint8: 0 a fr
 removed entry, else the table number + 1) and ``seqs`` (uint32). An entry's home slot is a hash of
 its table and its key bits, so every entry of one key is in the run of occupied slots that starts
 at that home: a probe walks the run (removed entries included) until a free slot, and checks table,
-key bits and distance of each entry it passes. Entries are never moved but by a rehash, which
+key bits and distance of each entry it passes. Entries are never moved but by a growth (incremental:
+:meth:`SimhashTable.reserve`; probes walk the draining table's runs too meanwhile), which
 drops the removed ones; the table is at most 70 % full (free + removed slots counted as used) and
-grows by half. 13 bytes a slot at 47-70 % load: ~19-28 bytes per entry, ~190-280 bytes per
+doubles. 13 bytes a slot at 35-70 % load: ~19-37 bytes per entry, ~190-370 bytes per
 indexed article at 10 tables (:attr:`SimhashTable.nbytes`; the ``stream_dedup_simhash_table_bytes``
 gauge). Many copies of one story share its SimHash: their entries fill one run, and a probe for
 it walks them all, as the RocksDB seek did (no cap: a fingerprint within ``k`` bits is never missed).
@@ -33,8 +34,17 @@ FREE = 0
 REMOVED = 255
 MAX_TABLES = 254  # tags 1..254
 MAX_LOAD = 0.7
-GROWTH = 1.5
-_META = 2  # slots used (live or removed), live entries
+PREPARE_LOAD = 0.5  # past this, the next table is allocated and initialised a chunk per add (see reserve)
+#: the table doubles (grown by half, the growth work spanned most adds: 2.4x the total add time of the
+#: one-rehash growth at 1M articles in bench/table_growth.py, against 1.5x doubling)
+GROWTH = 2.0
+_META = 3  # slots used (live or removed) in the table, live entries (in both tables), the migration cursor
+#: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
+MIN_FILL, MIN_MIGRATE = 1 << 16, 1 << 14
+MIGRATE_PER_ENTRY = 8
+_NO_FPS = np.zeros(0, dtype=np.uint64)
+_NO_TAGS = np.zeros(0, dtype=np.uint8)
+_NO_SEQS = np.zeros(0, dtype=np.uint32)
 
 
 @inline
@@ -80,63 +90,83 @@ def simhash_add(fps, tags, seqs, meta, permuted, masks, numbers):
             meta[1] += 1
 
 
+@inline
+def _probe_run(fps, tags, seqs, t, q, want, mask, max_distance, out, found):
+    size = fps.shape[0]
+    h = _home(want, t, size)
+    while tags[h] != 0:
+        if tags[h] == t + 1 and fps[h] & mask == want and _popcount(fps[h] ^ q) <= max_distance:
+            if found == out.shape[0]:
+                grown = np.empty(found * 2, dtype=np.uint32)
+                grown[:found] = out
+                out = grown
+            out[found] = seqs[h]
+            found += 1
+        h += 1
+        if h == size:
+            h = 0
+    return out, found
+
+
 @kernel
-def simhash_probe(fps, tags, seqs, queries, masks, max_distance):
+def simhash_probe(fps, tags, seqs, old_fps, old_tags, old_seqs, queries, masks, max_distance):
     """uint32 seqs of the entries within ``max_distance`` bits of ``queries[t]`` in table ``t`` that
     agree with it on the key bits ``masks[t]`` (an article found in several tables is listed once
-    per table)."""
-    size = fps.shape[0]
+    per table); in the draining table too while the table grows."""
     found = 0
     out = np.empty(16, dtype=np.uint32)
     for t in range(queries.shape[0]):
         q = queries[t]
         want = q & masks[t]
-        h = _home(want, t, size)
-        while tags[h] != 0:
-            if tags[h] == t + 1 and fps[h] & masks[t] == want and _popcount(fps[h] ^ q) <= max_distance:
-                if found == out.shape[0]:
-                    grown = np.empty(found * 2, dtype=np.uint32)
-                    grown[:found] = out
-                    out = grown
-                out[found] = seqs[h]
-                found += 1
-            h += 1
-            if h == size:
-                h = 0
+        out, found = _probe_run(fps, tags, seqs, t, q, want, masks[t], max_distance, out, found)
+        if old_tags.shape[0]:
+            out, found = _probe_run(old_fps, old_tags, old_seqs, t, q, want, masks[t], max_distance, out, found)
     return out[:found]
 
 
-@kernel
-def simhash_remove(fps, tags, seqs, meta, permuted, masks, seq):
-    """Take article ``seq`` (filed with ``permuted``) out of every table; an absent entry is ignored."""
+@inline
+def _remove_one(fps, tags, seqs, t, value, mask, seq):
     size = fps.shape[0]
-    for t in range(permuted.shape[0]):
-        h = _home(permuted[t] & masks[t], t, size)
-        while tags[h] != 0:
-            if tags[h] == t + 1 and seqs[h] == seq and fps[h] == permuted[t]:
-                tags[h] = 255
-                meta[1] -= 1
-                break
-            h += 1
-            if h == size:
-                h = 0
+    h = _home(value & mask, t, size)
+    while tags[h] != 0:
+        if tags[h] == t + 1 and seqs[h] == seq and fps[h] == value:
+            tags[h] = 255
+            return True
+        h += 1
+        if h == size:
+            h = 0
+    return False
 
 
 @kernel
-def simhash_rehash(fps, tags, seqs, masks, new_fps, new_tags, new_seqs):
-    """Move the live entries into the (all-free) new arrays, in slot order; returns how many moved."""
-    size = new_fps.shape[0]
-    moved = 0
-    for i in range(fps.shape[0]):
-        tag = tags[i]
+def simhash_remove(fps, tags, seqs, old_fps, old_tags, old_seqs, meta, permuted, masks, seq):
+    """Take article ``seq`` (filed with ``permuted``) out of every table; an absent entry is ignored."""
+    for t in range(permuted.shape[0]):
+        if _remove_one(fps, tags, seqs, t, permuted[t], masks[t], seq) or \
+                (old_tags.shape[0] > 0 and _remove_one(old_fps, old_tags, old_seqs, t, permuted[t], masks[t], seq)):
+            meta[1] -= 1
+
+
+@kernel
+def simhash_migrate(fps, tags, seqs, old_fps, old_tags, old_seqs, masks, meta, steps):
+    """Move the live entries of the next ``steps`` slots of the draining table (from the cursor
+    ``meta[2]``) into the table, leaving removed marks behind (the runs there stay walkable);
+    returns whether the draining table is empty now."""
+    size = fps.shape[0]
+    end = min(old_tags.shape[0], meta[2] + steps)
+    for i in range(meta[2], end):
+        tag = old_tags[i]
         if tag == 0 or tag == 255:
             continue
-        h = _open_slot(new_tags, _home(fps[i] & masks[tag - 1], tag - 1, size))  # (none removed there)
-        new_fps[h] = fps[i]
-        new_tags[h] = tag
-        new_seqs[h] = seqs[i]
-        moved += 1
-    return moved
+        h = _open_slot(tags, _home(old_fps[i] & masks[tag - 1], tag - 1, size))
+        if tags[h] == 0:
+            meta[0] += 1
+        fps[h] = old_fps[i]
+        tags[h] = tag
+        seqs[h] = old_seqs[i]
+        old_tags[i] = 255
+    meta[2] = end
+    return end >= old_tags.shape[0]
 
 
 class SimhashTable:
@@ -152,6 +182,21 @@ class SimhashTable:
         self.tags = np.zeros(slots, dtype=np.uint8)
         self.seqs = np.zeros(slots, dtype=np.uint32)
         self.meta = np.zeros(_META, dtype=np.int64)
+        self.loaded()
+
+    def loaded(self) -> None:
+        """No growth under way (a new table, or its arrays just set from a snapshot)."""
+        self.old_fps, self.old_tags, self.old_seqs = _NO_FPS, _NO_TAGS, _NO_SEQS
+        self._next: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the next table while initialised
+        self._filled = 0
+        if self.meta.shape[0] < _META:  # a snapshot of the format before incremental growth
+            self.meta = np.concatenate([self.meta, np.zeros(_META - self.meta.shape[0], dtype=np.int64)])
+        self.meta[2] = 0
+
+    def settle(self) -> None:
+        """Finish any growth under way (before a snapshot: it keeps one table)."""
+        self._migrate(self.old_tags.shape[0])
+        self._next = None
 
     @property
     def entries(self) -> int:
@@ -160,7 +205,9 @@ class SimhashTable:
 
     @property
     def nbytes(self) -> int:
-        return self.fps.nbytes + self.tags.nbytes + self.seqs.nbytes
+        arrays = (self.fps, self.tags, self.seqs, self.old_fps, self.old_tags, self.old_seqs)
+        # (the next table's pages are resident as far as it is initialised)
+        return sum(a.nbytes for a in arrays) + sum(a[:self._filled].nbytes for a in self._next or ())
 
     def add(self, permuted: np.ndarray, seq: int) -> None:
         """File article ``seq`` with its SimHash permuted for each table (uint64[T])."""
@@ -176,23 +223,72 @@ class SimhashTable:
     def probe(self, queries: np.ndarray, max_distance: int) -> np.ndarray:
         """uint32 seqs within ``max_distance`` bits of the query (permuted for each table, uint64[T]),
         found by the tables' key bits; an article may be listed more than once."""
-        return simhash_probe(self.fps, self.tags, self.seqs, queries, self.masks, max_distance)
+        return simhash_probe(self.fps, self.tags, self.seqs, self.old_fps, self.old_tags, self.old_seqs,
+                             queries, self.masks, max_distance)
 
     def remove(self, permuted: np.ndarray, seq: int) -> None:
-        simhash_remove(self.fps, self.tags, self.seqs, self.meta, permuted, self.masks, seq)
+        simhash_remove(self.fps, self.tags, self.seqs, self.old_fps, self.old_tags, self.old_seqs, self.meta,
+                       permuted, self.masks, seq)
 
     def reserve(self, entries: int) -> None:
-        """Room for ``entries`` more entries: the table kept at most :data:`MAX_LOAD` used."""
+        """Room for ``entries`` more entries: the table kept at most :data:`MAX_LOAD` used.
+
+        Incremental, as :meth:`stream_dedup.band_table.MemberLists.reserve`: past
+        :data:`PREPARE_LOAD` the next table is initialised a chunk per add, then it becomes the
+        table (adds go there) and the old one drains, :data:`MIGRATE_PER_ENTRY` slots per entry
+        added; probes and removals look in both meanwhile. A table that would still pass
+        :data:`MAX_LOAD` finishes at once."""
+        meta = self.meta
         size = self.fps.shape[0]
-        if self.meta[0] + entries <= MAX_LOAD * size:
-            return
-        while self.meta[1] + entries > MAX_LOAD * size / GROWTH:  # the same size if removals made the load
-            size = int(size * GROWTH) + 1
-        fps, tags, seqs = np.zeros(size, dtype=np.uint64), np.zeros(size, dtype=np.uint8), np.zeros(size, dtype=np.uint32)
-        self.meta[0] = self.meta[1] = simhash_rehash(self.fps, self.tags, self.seqs, self.masks, fps, tags, seqs)
-        self.fps, self.tags, self.seqs = fps, tags, seqs
+        full = meta[0] + entries > MAX_LOAD * size
+        if self.old_tags.shape[0]:
+            self._migrate(self.old_tags.shape[0] if full else MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+        if self._next is None and meta[0] + entries > PREPARE_LOAD * size:
+            self._migrate(self.old_tags.shape[0])
+            new = size  # the same size if removals made the load
+            while meta[1] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size > MAX_LOAD * new / GROWTH:
+                new = int(new * GROWTH) + 1
+            self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.uint8), np.empty(new, dtype=np.uint32)
+            self._filled = 0
+        if self._next is not None:
+            fps, tags, seqs = self._next
+            # done while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots
+            step = MIN_FILL + int(fps.shape[0] * entries / max(1.0, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size))
+            end = fps.shape[0] if full else min(fps.shape[0], self._filled + step)
+            fps[self._filled:end] = 0  # (every page touched now, not by the migration's scattered writes)
+            tags[self._filled:end] = FREE
+            seqs[self._filled:end] = 0
+            self._filled = end
+            if end == fps.shape[0]:
+                self._migrate(self.old_tags.shape[0])
+                self.old_fps, self.old_tags, self.old_seqs = self.fps, self.tags, self.seqs
+                self.fps, self.tags, self.seqs = fps, tags, seqs
+                self._next = None
+                meta[0] = meta[2] = 0
+                self._migrate(MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+        if meta[0] + entries > MAX_LOAD * self.fps.shape[0]:  # (an add larger than the growth's head start)
+            self._migrate(self.old_tags.shape[0])
+            new = self.fps.shape[0]
+            while meta[1] + entries > MAX_LOAD * new / GROWTH:
+                new = int(new * GROWTH) + 1
+            self.old_fps, self.old_tags, self.old_seqs = self.fps, self.tags, self.seqs
+            self.fps, self.tags, self.seqs = (np.zeros(new, dtype=np.uint64), np.zeros(new, dtype=np.uint8),
+                                              np.zeros(new, dtype=np.uint32))
+            self._next = None
+            meta[0] = meta[2] = 0
+            self._migrate(self.old_tags.shape[0])
+
+    def _migrate(self, steps: int) -> None:
+        """Move the entries of the next ``steps`` slots of the draining table; drop it once empty."""
+        if self.old_tags.shape[0] and simhash_migrate(self.fps, self.tags, self.seqs, self.old_fps, self.old_tags,
+                                                      self.old_seqs, self.masks, self.meta, steps):
+            self.old_fps, self.old_tags, self.old_seqs = _NO_FPS, _NO_TAGS, _NO_SEQS
+            self.meta[2] = 0
 
     def as_set(self) -> set[tuple[int, int, int]]:
         """Every live entry as ``(table, permuted, seq)`` (for tests; O(size))."""
-        live = np.flatnonzero((self.tags != FREE) & (self.tags != REMOVED))
-        return set(zip((self.tags[live] - 1).tolist(), self.fps[live].tolist(), self.seqs[live].tolist(), strict=True))
+        out = set()
+        for fps, tags, seqs in ((self.fps, self.tags, self.seqs), (self.old_fps, self.old_tags, self.old_seqs)):
+            live = np.flatnonzero((tags != FREE) & (tags != REMOVED))
+            out |= set(zip((tags[live] - 1).tolist(), fps[live].tolist(), seqs[live].tolist(), strict=True))
+        return out

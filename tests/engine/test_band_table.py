@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from stream_dedup import band_table
 from stream_dedup.band_table import EMPTY, BandTable
 
 
@@ -87,3 +88,82 @@ def test_keys_of_more_than_three_rows_are_hashed_and_never_empty() -> None:
     same[1, :8] = same[0, :8]  # band 0 agrees, the others do not
     k = table.keys(same)
     assert k[0, 0] == k[1, 0] and (k[0, 1:] != k[1, 1:]).all()
+
+
+@pytest.mark.parametrize("cap", [2, 5, 1000])
+def test_incremental_growth_matches_the_model_mid_migration(cap: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny growth steps, so adds, removes and lookups meet a table being initialised, a draining
+    table and node arrays being copied, across several growths; a snapshot (settle, arrays copied,
+    loaded) taken mid-growth holds the same lists and goes on the same."""
+    monkeypatch.setattr(band_table, "MIN_FILL", 3)
+    monkeypatch.setattr(band_table, "MIN_MIGRATE", 2)
+    monkeypatch.setattr(band_table, "MIN_COPY", 3)
+    monkeypatch.setattr(band_table, "MIGRATE_PER_ENTRY", 1)
+    monkeypatch.setattr(band_table, "COPY_PER_ENTRY", 1)
+    rnd = random.Random(cap + 1)
+    table = BandTable(bands=3, rows=3, cap=cap, slots=8, nodes=4)
+    model = Model(cap)
+    universe = [rnd.getrandbits(64) % (2**64 - 1) for _ in range(2000)]
+    added: list[tuple[list[int], int]] = []
+    seen = {"prepare": 0, "drain": 0, "copy": 0}
+    sizes = set()
+    last_snapshot, snapshots = 0, 0
+    for seq in range(6000):
+        if added and rnd.random() < 0.25:
+            keys, old = added.pop(rnd.randrange(len(added)))
+            table.remove(np.array(keys, dtype=np.uint64), old)
+            model.remove(keys, old)
+        keys = rnd.sample(universe[: 200 + seq // 3], 3)
+        table.add(np.array([keys], dtype=np.uint64), np.array([seq], dtype=np.uint32))
+        model.add(keys, seq)
+        added.append((keys, seq))
+        seen["prepare"] += table._next is not None
+        seen["drain"] += table.old_keys.shape[0] > 0
+        seen["copy"] += table.mirror_seq.shape[0] > 0
+        sizes.add(table.slot_keys.shape[0])
+        probe = rnd.sample(universe, 5)
+        expect = [m for k in probe for m in model.lists.get(k, [])]
+        assert table.lookup(np.array(probe, dtype=np.uint64)).tolist() == expect
+        growing = table.old_keys.shape[0] or table.mirror_seq.shape[0] or table._next is not None
+        if growing and seq - last_snapshot > 1200:  # a snapshot mid-growth
+            last_snapshot = seq
+            snapshots += 1
+            table.settle()
+            copy = BandTable(bands=3, rows=3, cap=cap, slots=1, nodes=1)
+            for name in ("slot_keys", "slot_head", "node_seq", "node_next", "meta"):
+                setattr(copy, name, getattr(table, name).copy())
+            copy.loaded()
+            assert copy.as_dict() == table.as_dict()
+            table = copy
+        live = {k: v for k, v in model.lists.items() if v}
+        if seq % 250 == 0:
+            assert table.as_dict() == live
+        assert table.members == sum(len(v) for v in model.lists.values())
+    assert table.as_dict() == {k: v for k, v in model.lists.items() if v}
+    assert min(seen.values()) > 50 and len(sizes) >= 4 and snapshots >= 3, (seen, sizes, snapshots)
+    assert table.meta[4] == sum(1 for v in model.lists.values() if v)
+
+
+def test_a_large_add_mid_growth_finishes_the_growth_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An add larger than what the paced growth leaves room for finishes it (and grows again) at once."""
+    monkeypatch.setattr(band_table, "MIN_FILL", 1)
+    monkeypatch.setattr(band_table, "MIN_MIGRATE", 1)
+    monkeypatch.setattr(band_table, "MIN_COPY", 1)
+    monkeypatch.setattr(band_table, "MIGRATE_PER_ENTRY", 1)
+    monkeypatch.setattr(band_table, "COPY_PER_ENTRY", 1)
+    rnd = random.Random(9)
+    table = BandTable(bands=2, rows=3, cap=3, slots=64, nodes=64)
+    model = Model(3)
+    universe = [rnd.getrandbits(64) % (2**64 - 1) for _ in range(5000)]
+    seq, large = 0, 0
+    while large < 3:
+        growing = table.old_keys.shape[0] or table.mirror_seq.shape[0] or table._next is not None
+        n = 400 if growing else 1
+        large += n > 1
+        keys = [rnd.sample(universe[:300 + seq // 2], 2) for _ in range(n)]
+        table.add(np.array(keys, dtype=np.uint64), np.arange(seq, seq + n, dtype=np.uint32))
+        for i, k in enumerate(keys):
+            model.add(k, seq + i)
+        seq += n
+        assert table.as_dict() == {k: v for k, v in model.lists.items() if v}
+    assert table.members == sum(len(v) for v in model.lists.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from stream_dedup import simhash_table
 from stream_dedup.simhash import PermutedTables
 from stream_dedup.simhash_table import REMOVED, SimhashTable
 
@@ -71,3 +72,65 @@ def test_removed_slots_are_reused_and_dropped_by_a_rehash() -> None:
 def test_the_tables_hold_at_most_254_tables() -> None:
     with pytest.raises(ValueError, match="254"):
         SimhashTable([0] * 255)
+
+
+def test_probe_and_removal_mid_growth_match_brute_force(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny growth steps: probes, adds and removals meet a table being initialised and a draining
+    table across several growths; a snapshot (settle, arrays copied, loaded) taken mid-growth
+    holds the same entries."""
+    monkeypatch.setattr(simhash_table, "MIN_FILL", 3)
+    monkeypatch.setattr(simhash_table, "MIN_MIGRATE", 2)
+    monkeypatch.setattr(simhash_table, "MIGRATE_PER_ENTRY", 1)
+    rng = np.random.default_rng(5)
+    tables = PermutedTables(3, 5)
+    table = SimhashTable(tables.key_masks, slots=8)
+    model: dict[int, int] = {}
+    stories = [int(x) * 2 + 1 for x in rng.integers(0, 2**62, size=20)]
+    seen = {"prepare": 0, "drain": 0}
+    sizes, last_snapshot, snapshots = set(), 0, 0
+    for seq in range(2500):
+        fp = near(rng, stories[seq % 20], int(rng.integers(0, 6))) if seq % 3 else int(rng.integers(0, 2**63)) << 1
+        table.add(tables.permute_array(fp), seq)
+        model[seq] = fp
+        if seq % 4 == 3:
+            gone = int(rng.choice(list(model)))
+            table.remove(tables.permute_array(model.pop(gone)), gone)
+        seen["prepare"] += table._next is not None
+        seen["drain"] += table.old_tags.shape[0] > 0
+        sizes.add(table.fps.shape[0])
+        if seq % 13 == 0:
+            query = stories[seq % 20]
+            assert sorted(table.probe(tables.permute_array(query), 3).tolist()) == brute_force(model, tables, query, 3)
+        if (table._next is not None or table.old_tags.shape[0]) and seq - last_snapshot > 600:
+            last_snapshot, snapshots = seq, snapshots + 1
+            table.settle()
+            copy = SimhashTable(tables.key_masks, slots=1)
+            for name in SimhashTable.ARRAYS:
+                setattr(copy, name, getattr(table, name).copy())
+            copy.loaded()
+            assert copy.as_set() == table.as_set()
+            table = copy
+        assert table.entries == len(model) * len(tables)
+    assert table.as_set() == {(t, tables.permute(fp, t), seq) for seq, fp in model.items() for t in range(len(tables))}
+    assert min(seen.values()) > 50 and len(sizes) >= 4 and snapshots >= 2, (seen, sizes, snapshots)
+
+
+def test_a_large_add_mid_growth_finishes_the_growth_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An add larger than what the paced growth leaves room for finishes it (and grows again) at once."""
+    monkeypatch.setattr(simhash_table, "MIN_FILL", 1)
+    monkeypatch.setattr(simhash_table, "MIN_MIGRATE", 1)
+    monkeypatch.setattr(simhash_table, "MIGRATE_PER_ENTRY", 1)
+    rng = np.random.default_rng(11)
+    tables = PermutedTables(3, 5)
+    table = SimhashTable(tables.key_masks, slots=64)
+    model: dict[int, int] = {}
+    seq, large = 0, 0
+    while large < 3:
+        n = 300 if table._next is not None or table.old_tags.shape[0] else 1
+        large += n > 1
+        fps = [int(x) << 1 for x in rng.integers(0, 2**62, size=n)]
+        table.add_many(tables.permute_many(np.array(fps, dtype=np.uint64)), np.arange(seq, seq + n, dtype=np.uint32))
+        model.update(zip(range(seq, seq + n), fps, strict=True))
+        seq += n
+    assert table.as_set() == {(t, tables.permute(fp, t), s) for s, fp in model.items() for t in range(len(tables))}
+    assert table.entries == len(model) * len(tables)
