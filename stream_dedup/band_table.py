@@ -17,14 +17,14 @@ Layout (numpy arrays, the operations are numba kernels):
   reason about); for ``r > 3`` it is a 64-bit mix of them (a false collision, ~n/2^64 per lookup,
   only adds a candidate that verification then rejects);
 * ``slot_keys[C]`` / ``slot_head[C]``: open addressing with linear probing, at most 80 % full and
-  doubled when it would be fuller (so 40-80 % full), incrementally (:meth:`MemberLists.reserve`:
+  doubled when it would be fuller (so ~40-80 % full), incrementally (:meth:`MemberLists.reserve`:
   no add rehashes the whole table); a slot whose list became empty keeps its key until the next growth;
 * ``node_seq[N]`` / ``node_next[N]``: each bucket a singly linked list of article seqs, newest
   first, at most ``cap`` long (adding to a full bucket drops its oldest member, as the RocksDB
   lists did); freed nodes go to a free list.
 
-Memory: 12 bytes a slot and 8 bytes a member (node arrays grown by half): ~25-40 bytes per
-band entry, ~1-1.5 KB per indexed article at 37 bands (:attr:`MemberLists.nbytes`; the
+Memory: 12 bytes a slot and 8 bytes a member (node arrays also grown by half): ~25-32 bytes per
+band entry, ~1 KB per indexed article at 37 bands (:attr:`MemberLists.nbytes`; the
 ``stream_dedup_band_table_bytes`` gauge). Rebuilding reads every article record once (~13 s per
 million articles); loading the snapshot reads one file of about the lists' size.
 
@@ -41,9 +41,10 @@ from .jit import inline, kernel
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key has it: see band_keys)
 MAX_LOAD = 0.8   # slots used (live or emptied) at most; a growth leaves the live ones at most 0.8 / SLOT_GROWTH
-PREPARE_LOAD = 0.5  # past this, the next table is allocated and initialised a chunk per add (see reserve)
-#: the slot table doubles (grown by half, the next growth's preparation began as soon as the last one
-#: ended: 1.5-1.8x the total add time at 1M articles in bench/table_growth.py); node arrays grow by half
+PREPARE_LOAD = 0.7  # past this, the next table is allocated and initialised a chunk per add (see reserve)
+#: the slot table doubles, the node arrays grow by half. (Until 2310931 the slot table's one-go rehash
+#: grew it 2.25x in effect, by a boundary case: a live load of exactly 0.8 / 1.5 counted as too full.
+#: Grown by half incrementally the table ran fuller, and the adds of 1M articles took ~1.7x as long.)
 SLOT_GROWTH, GROWTH = 2.0, 1.5
 UNCAPPED = 2**31 - 1  # a cap no list reaches
 #: meta: slots used (live or emptied) in the table, node high-water mark, free-list head, members, live slots
@@ -51,8 +52,8 @@ UNCAPPED = 2**31 - 1  # a cap no list reaches
 _META = 7
 #: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
 MIN_FILL, MIN_MIGRATE, MIN_COPY = 1 << 14, 1 << 14, 1 << 14
-PREPARE_NODES = 0.75  # node arrays this used: the larger ones are allocated and filled a chunk per add
-MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 16, 6
+PREPARE_NODES = 0.85  # node arrays this used: the larger ones are allocated and filled a chunk per add
+MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 16, 12
 _NO_KEYS = np.full(0, EMPTY, dtype=np.uint64)
 _NO_HEADS = np.zeros(0, dtype=np.int32)
 _NO_SEQS = np.zeros(0, dtype=np.uint32)

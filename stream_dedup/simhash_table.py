@@ -34,9 +34,9 @@ FREE = 0
 REMOVED = 255
 MAX_TABLES = 254  # tags 1..254
 MAX_LOAD = 0.7
-PREPARE_LOAD = 0.5  # past this, the next table is allocated and initialised a chunk per add (see reserve)
-#: the table doubles (grown by half, the growth work spanned most adds: 2.4x the total add time of the
-#: one-rehash growth at 1M articles in bench/table_growth.py, against 1.5x doubling)
+PREPARE_LOAD = 0.62  # past this, the next table is allocated and initialised a chunk per add (see reserve)
+#: the table doubles (until 2310931 the one-go rehash grew it 2.25x in effect, by a boundary case: a live
+#: load of exactly 0.7 / 1.5 counted as too full)
 GROWTH = 2.0
 _META = 3  # slots used (live or removed) in the table, live entries (in both tables), the migration cursor
 #: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
