@@ -3,12 +3,13 @@
     python bench/table_growth.py [--articles 1000000] [--batch 200] [--threshold-ms 10] [--json FILE]
 
 The LSH buckets (:class:`stream_dedup.band_table.BandTable`) and the permuted SimHash tables
-(:class:`stream_dedup.simhash_table.SimhashTable`) are open-addressing tables that grow by half
-when they would be too full. Up to 7c9df52 :meth:`reserve` allocated the larger arrays and rehashed
-every entry in one kernel call, inside the ``add`` of whichever batch crossed the line (in the
-worker that batch is one decision-stage transaction, so every record behind it waited for the
-rehash); since then the growth is incremental, spread over the adds (initialise the next table a
-chunk per add, then drain the old one a few slots per entry added; node arrays copied likewise).
+(:class:`stream_dedup.simhash_table.SimhashTable`) are open-addressing tables that grow when they
+would be too full. Up to 8b617b4 :meth:`reserve` allocated the larger arrays and rehashed every
+entry in one kernel call, inside the ``add`` of whichever batch crossed the line (in the worker
+that batch is one decision-stage transaction, so every record behind it waited for the rehash);
+since 5749d1d the growth is incremental, spread over the adds (initialise the next, twice as
+large table a chunk per add, then drain the old one 16 slots per entry added; node arrays grown by
+half, copied likewise).
 
 This files ``--articles`` articles, ``--batch`` at a time, into a band table and a SimHash table of
 the default configuration's shape (bands x rows, bucket cap, table masks), with random keys

@@ -15,6 +15,9 @@ after one untimed run of stream-dedup (it fills numba's cache of compiled kernel
 * stream-dedup: the ``stream-dedup dedup`` console script (``python -m stream_dedup.cli`` when it
   is not installed) on this checkout's code, default configuration, a fresh ``--state`` directory,
   ``--out`` a file, ``-q``;
+* stream-dedup-2cpu: the same command with ``--fingerprint-processes 1`` and not pinned: the
+  next batches fingerprinted in a child process while the last is decided, on two CPUs (what
+  ``dedup`` does by default on a file over 1 MB when it may use two cores; the peers have no such mode);
 * datasketch, rensa, gaoya: ``bench/peers.py`` (MinHash + LSH over lower-cased word k-shingles
   with our k, num_perm and LSH bands x rows; candidates verified at our Jaccard threshold).
 
@@ -59,8 +62,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
-TOOLS = ("stream-dedup", "datasketch", "rensa", "gaoya")
-PEERS = TOOLS[1:]
+TWO_CPUS = "stream-dedup-2cpu"  # ours on every CPU this process may use, a fingerprint process beside it
+TOOLS = ("stream-dedup", "datasketch", "rensa", "gaoya", TWO_CPUS)
+PEERS = TOOLS[1:4]
 STREAMS = ("dev", "short")
 NOT_INSTALLED = 3  # bench/peers.py's exit status when the peer's package is missing
 TARGET_VS_DATASKETCH = 10.0
@@ -111,6 +115,9 @@ def command(tool: str, source: Path, out: Path, state: Path) -> list[str]:
 
     if tool == "stream-dedup":
         return [*ours_command(), "dedup", str(source), "--out", str(out), "--state", str(state), "-q"]
+    if tool == TWO_CPUS:
+        return [*ours_command(), "dedup", str(source), "--out", str(out), "--state", str(state), "-q",
+                "--fingerprint-processes", "1"]
     if tool.startswith("stream-dedup@"):  # the --baseline checkout, found through PYTHONPATH
         return [sys.executable, "-P", "-m", "stream_dedup.cli", "dedup", str(source), "--out", str(out),
                 "--state", str(state), "-q"]
@@ -219,7 +226,7 @@ def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: l
                         continue
                     for what, path in (("run", source), ("start", first)):
                         out, state = tmp / f"{stream}-{tool}-{what}.out.jsonl", tmp / f"state-{stream}-{tool}"
-                        r = run_process(command(tool, path, out, state), envs[tool], cpu)
+                        r = run_process(command(tool, path, out, state), envs[tool], None if tool == TWO_CPUS else cpu)
                         shutil.rmtree(state, ignore_errors=True)
                         if r["code"] != 0:
                             row["status"] = (f"not installed ({r['stderr']})" if r["code"] == NOT_INSTALLED

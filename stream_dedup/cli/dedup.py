@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING
 from ..config import EngineConfig, add_arguments, load
 from ..gc_tuning import relax_collector
 from ..record import PROCESSING_ERROR, Article, RecordError, parse_record
+from .batches import AUTO_POOL_BYTES, BatchDecider, Decided, Line, fingerprint_pool
 from .errors import RunError, UsageError, check_writable
 from .process_end import release_state
 from .progress import Progress, StatsLines
@@ -67,6 +68,11 @@ def configure_dedup_parser(p: argparse.ArgumentParser) -> None:
                         "(FILE.png, or FILE.html with the summary table)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress bar and no summary (errors are still printed)")
+    p.add_argument("--fingerprint-processes", type=int, default=None, metavar="N",
+                   help="child processes that fingerprint the next batches while the decisions of the last one "
+                        "are made (0 = none, all in this process; default: 1 for an input file over "
+                        f"{AUTO_POOL_BYTES // 2**20} MB on a machine with 2 cores or more, else 0). The decisions "
+                        "are the same")
     p.add_argument("--stats-every", type=int, default=0, metavar="N",
                    help="print a JSON line of statistics to stderr every N input lines: records/s over those "
                         "lines, RSS, index size, memory budget, block cache usage and hit rate (default: never)")
@@ -166,6 +172,8 @@ def run_dedup(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} {value}: is the input file")
     if args.stats_every < 0:
         raise UsageError(f"--stats-every {args.stats_every}: must be >= 0")
+    if args.fingerprint_processes is not None and args.fingerprint_processes < 0:
+        raise UsageError(f"--fingerprint-processes {args.fingerprint_processes}: must be >= 0")
     if args.report and not args.report.endswith((".html", ".htm", ".png")):
         raise UsageError(f"--report {args.report}: give a .html or .png file name")
 
@@ -224,15 +232,26 @@ def run_dedup(args: argparse.Namespace) -> int:
         # a batch of records is decided at once (one index write); a pipe or terminal is read one record
         # at a time, so that each event is written as soon as its record arrives
         batch_size = BATCH_RECORDS if _is_file(source) else 1
-        pending: list[tuple[int, int, bytes, Article | None, Exception | None]] = []  # lines read, not yet handled
+        pending: list[Line] = []  # lines read, not yet sent to be decided
+        # a file's next batch is fingerprinted in a child process meanwhile (a pipe's records are decided as they
+        # arrive, one at a time)
+        decider = BatchDecider(dedup, fingerprint_pool(args.fingerprint_processes, config, total)
+                               if batch_size > 1 else None, ckpt)
+        stack.callback(decider.close)
 
-        def handle_pending() -> None:
-            """Decide the pending records in one batch, then write their events and rejects and
-            count their lines in input order, as if one at a time."""
+        def send_pending() -> None:
+            """Hand the pending records on; write what is decided."""
+            batch = pending.copy()
+            pending.clear()
+            for decided in decider.send(batch):
+                write(decided)
+
+        def write(decided: Decided) -> None:
+            """Write a decided batch's events and rejects and count its lines in input order, as if one at a time."""
             nonlocal rejects, target, lineno
-            articles = [art for _, _, _, art, _ in pending if art is not None]
-            results = iter(_decide_batch(dedup, articles, [(ckpt, n) for n, _, _, art, _ in pending if art is not None]))
-            for lineno, nbytes, raw, article, error in pending:  # noqa: B007 - lineno: the line written last
+            batch, decisions = decided
+            results = iter(decisions)
+            for lineno, nbytes, raw, article, error in batch:  # noqa: B007 - lineno: the line written last
                 summary.lines += 1
                 if not raw.strip():
                     summary.blank += 1
@@ -267,7 +286,8 @@ def run_dedup(args: argparse.Namespace) -> int:
                 progress.update(summary, nbytes)
                 if stats is not None and summary.lines % args.stats_every == 0:
                     stats.emit(summary)
-            pending.clear()
+            if signals.received is not None:  # a batch sent on is abandoned: --resume reads its lines again
+                raise Interrupted()
 
         try:
             try:
@@ -289,11 +309,14 @@ def run_dedup(args: argparse.Namespace) -> int:
                     read = summary.lines + len(pending)
                     if len(pending) < batch_size and not (args.stats_every and read % args.stats_every == 0):
                         continue
-                    handle_pending()
-                    signals.busy = False
+                    send_pending()
+                    signals.busy = decider.busy
                     if signals.received is not None:
                         raise Interrupted()
-                handle_pending()  # the last, partial batch
+                if pending:
+                    send_pending()  # the last, partial batch
+                for decided in decider.drain():
+                    write(decided)
             except Interrupted:
                 summary.interrupted = signal.Signals(signals.received or signal.SIGINT).name
             signals.busy = True  # from here on a signal only takes note: the outputs and state must be flushed
@@ -356,23 +379,3 @@ def _is_file(source: IO[bytes]) -> bool:
         return stat.S_ISREG(os.fstat(source.fileno()).st_mode)
     except (OSError, ValueError, AttributeError):  # no file descriptor (e.g. a test's stdin)
         return False
-
-
-def _decide_batch(dedup: Deduplicator, articles: list[Article],
-                  checkpoints: list[tuple[str, int]]) -> list[object]:
-    """Their decisions in one batch; if the batch raises (it then writes nothing), one at a time,
-    so that a failing record gets its exception in place of a decision and the others are decided."""
-    if not articles:
-        return []
-    try:
-        return dedup.process_batch(articles, checkpoints=checkpoints)
-    except Exception as exc:  # noqa: BLE001 - reported per record by the caller
-        if len(articles) == 1:
-            return [exc]
-    out: list[object] = []
-    for article, checkpoint in zip(articles, checkpoints, strict=True):
-        try:
-            out.append(dedup.process(article, checkpoint=checkpoint))
-        except Exception as exc:  # noqa: BLE001
-            out.append(exc)
-    return out

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "news_sample.jsonl"
 TRUTH = ROOT / "examples" / "news_sample.truth.jsonl"
-TOOLS = ("stream-dedup", "datasketch", "rensa", "gaoya")
+TOOLS = ("stream-dedup", "datasketch", "rensa", "gaoya", "stream-dedup-2cpu")
 RECORDS = 50
 
 

@@ -391,3 +391,79 @@ def test_a_record_that_fails_in_a_batch_is_rejected_alone(tmp_path: Path, monkey
     assert run(["dedup", str(inp), "--out", str(out), "--rejects", str(rejects), "-q"]) == 0
     assert [(r["line"], r["reason"]) for r in read_jsonl(rejects)] == [(14, "processing_error")]
     assert read_jsonl(out) == read_jsonl(tmp_path / "ref.jsonl")
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_fingerprint_processes_give_the_same_events_and_rejects(dedup_input, tmp_path: Path, processes: str) -> None:
+    """Fingerprinting the next batches in child processes (``--fingerprint-processes``) changes nothing
+    the run writes: the events and rejects of the in-process run, line for line."""
+    path, _ = dedup_input
+    outputs = {}
+    for n in ("0", processes):
+        out = tmp_path / f"events-{n}.jsonl"
+        assert run(["dedup", str(path), "--out", str(out), "-q", "--fingerprint-processes", n]) == 0
+        outputs[n] = (out.read_text(), Path(f"{out}.rejects.jsonl").read_text())
+    assert outputs["0"][0].count("\n") > 300 and outputs["0"][1]
+    assert outputs[processes] == outputs["0"]
+
+
+def test_a_text_that_fails_in_a_fingerprint_process_is_rejected_alone(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A text whose fingerprint raises in a child comes back as a failure in its place: that record
+    is rejected, the others get the events of a run without it."""
+    from stream_dedup.fingerprint import Fingerprinter
+
+    lines = [json.dumps({"id": f"r{i}", "text": f"story {i % 7} tale {i} " + "words of the story " * 20})
+             for i in range(600)]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(lines) + "\n")
+    (tmp_path / "without.jsonl").write_text("\n".join(line for i, line in enumerate(lines) if i != 300) + "\n")
+    assert run(["dedup", str(tmp_path / "without.jsonl"), "--out", str(tmp_path / "ref.jsonl"), "-q"]) == 0
+    fingerprint_text = Fingerprinter.fingerprint_text
+
+    def failing(self, text, is_html=False):
+        if text.startswith("story 6 tale 300 "):
+            raise RuntimeError("boom")
+        return fingerprint_text(self, text, is_html)
+
+    monkeypatch.setattr(Fingerprinter, "fingerprint_text", failing)  # (the forked children inherit it)
+    out, rejects = tmp_path / "out.jsonl", tmp_path / "rej.jsonl"
+    assert run(["dedup", str(inp), "--out", str(out), "--rejects", str(rejects), "-q",
+                "--fingerprint-processes", "2"]) == 0
+    assert [(r["line"], r["reason"]) for r in read_jsonl(rejects)] == [(301, "processing_error")]
+    assert read_jsonl(out) == read_jsonl(tmp_path / "ref.jsonl")
+
+
+def test_a_fingerprint_process_that_dies_costs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """A child killed mid-run (here: it exits while fingerprinting one text): the run says so once and
+    fingerprints in its own process from there; every record still gets the event of a run without children."""
+    import multiprocessing
+
+    from stream_dedup.fingerprint import Fingerprinter
+
+    lines = [json.dumps({"id": f"r{i}", "text": f"story {i % 9} tale {i} " + "words of the story " * 20})
+             for i in range(1500)]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(lines) + "\n")
+    assert run(["dedup", str(inp), "--out", str(tmp_path / "ref.jsonl"), "-q", "--fingerprint-processes", "0"]) == 0
+    fingerprint_text = Fingerprinter.fingerprint_text
+
+    def dying(self, text, is_html=False):
+        if " tale 700 " in text and multiprocessing.parent_process() is not None:
+            os._exit(3)
+        return fingerprint_text(self, text, is_html)
+
+    monkeypatch.setattr(Fingerprinter, "fingerprint_text", dying)
+    out = tmp_path / "out.jsonl"
+    with caplog.at_level("WARNING", logger="stream_dedup"):
+        assert run(["dedup", str(inp), "--out", str(out), "-q", "--fingerprint-processes", "1"]) == 0
+    assert sum("a fingerprint process died" in r.getMessage() for r in caplog.records) == 1
+    assert read_jsonl(out) == read_jsonl(tmp_path / "ref.jsonl")
+    assert not Path(f"{out}.rejects.jsonl").exists()
+
+
+def test_fingerprint_processes_must_not_be_negative(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["dedup", str(STREAM), "--out", str(tmp_path / "o.jsonl"), "--fingerprint-processes", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--fingerprint-processes -1: must be >= 0" in err and "Traceback" not in err

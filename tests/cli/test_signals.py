@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from stream_dedup.cli.batches import AUTO_POOL_BYTES
+
 from .conftest import SAMPLE, cli, console_script
 
 COPIES = 25   # ~10,000 records: several seconds of work, so the signal lands mid-run
@@ -56,12 +58,16 @@ def wait_for_output(path: Path, proc: subprocess.Popen, min_bytes: int = 20_000,
     pytest.fail("dedup wrote no output in time")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_then_resume(long_input, reference, tmp_path: Path, sig: signal.Signals) -> None:
+# SIGINT with the default fingerprint process (the ~30 MB input is over the size that starts one; the
+# batches sent to it are abandoned and read again by --resume), SIGTERM with none
+@pytest.mark.parametrize(("sig", "processes"), [(signal.SIGINT, []), (signal.SIGTERM, ["--fingerprint-processes", "0"])],
+                         ids=["SIGINT", "SIGTERM"])
+def test_signal_then_resume(long_input, reference, tmp_path: Path, sig: signal.Signals, processes: list[str]) -> None:
     path, ids = long_input
+    assert path.stat().st_size > AUTO_POOL_BYTES
     out, state, summary = tmp_path / "events.jsonl", tmp_path / "state", tmp_path / "summary.json"
     proc = subprocess.Popen(console_script() + ["dedup", str(path), "--out", str(out), "--state", str(state),
-                                                "--summary-json", str(summary)],
+                                                "--summary-json", str(summary), *processes],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_output(out, proc)
     proc.send_signal(sig)

@@ -1,0 +1,133 @@
+"""The batches of ``dedup``: records decided a batch at once, in input order, their fingerprints
+computed ahead in child processes when there is a :class:`~stream_dedup.fingerprint_pool.FingerprintPool`.
+
+:meth:`BatchDecider.send` takes the next batch of lines read and gives back the batches whose
+decisions are ready, oldest first: at once without a pool; with one, the batch is handed to the
+pool and the batch before it is decided meanwhile (one batch ahead). :meth:`BatchDecider.drain`
+gives the rest at the end. A pool whose child died is dropped (logged once) and the batches are
+fingerprinted here from then on; a batch that raises is decided again one record at a time, so a
+failing record gets its exception in place of a decision and the others are decided.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import EngineConfig
+    from ..engine import Deduplicator
+    from ..fingerprint import Fingerprint
+    from ..fingerprint_pool import FingerprintFailed, FingerprintPool
+    from ..record import Article
+
+log = logging.getLogger("stream_dedup")
+
+AUTO_POOL_BYTES = 1 << 20  # an input file this large gets a fingerprint process by default (it starts in ~10 ms)
+
+#: a line read: (line number, bytes, the line, its article or None, the error that rejects it or None)
+Line = tuple[int, int, bytes, "Article | None", "Exception | None"]
+#: a batch of lines and the decision (or exception) of each of its articles, in order
+Decided = tuple[list[Line], list[object]]
+
+
+def fingerprint_pool(processes: int | None, config: EngineConfig, input_bytes: int | None) -> FingerprintPool | None:
+    """The pool of ``--fingerprint-processes`` (None: one for an input file of at least
+    :data:`AUTO_POOL_BYTES` when this process may use two cores or more), or None for none."""
+    if processes is None:
+        processes = int(input_bytes is not None and input_bytes >= AUTO_POOL_BYTES and len(os.sched_getaffinity(0)) > 1)
+    if not processes:
+        return None
+    from ..fingerprint_pool import FingerprintPool
+
+    return FingerprintPool(config, processes)
+
+
+class BatchDecider:
+    """Decides batches of lines for ``dedup`` in order, ``checkpoint`` naming the input (see the module doc)."""
+
+    def __init__(self, dedup: Deduplicator, pool: FingerprintPool | None, checkpoint: str) -> None:
+        self.dedup, self.pool, self.checkpoint = dedup, pool, checkpoint
+        self.in_flight: deque[tuple[list[Line], list[Future] | None]] = deque()  # sent to the pool, oldest first
+
+    def send(self, batch: list[Line]) -> Iterator[Decided]:
+        """Take ``batch``; yield the batches decided meanwhile (this one too without a pool)."""
+        from ..fingerprint_pool import PoolBroken
+
+        futures = None
+        if self.pool is not None:
+            try:
+                futures = self.pool.submit(_articles(batch))
+            except PoolBroken as exc:
+                self._lost(exc)
+        self.in_flight.append((batch, futures))
+        while len(self.in_flight) > (1 if self.pool is not None else 0):
+            yield self._decide(*self.in_flight.popleft())
+
+    def drain(self) -> Iterator[Decided]:
+        """The batches still in hand, decided."""
+        while self.in_flight:
+            yield self._decide(*self.in_flight.popleft())
+
+    @property
+    def busy(self) -> bool:
+        """Whether batches were sent and are not decided yet."""
+        return bool(self.in_flight)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+    def _lost(self, exc: Exception) -> None:
+        """A fingerprint process died: say so once, and fingerprint in this process from here on."""
+        if self.pool is not None:
+            log.warning("a fingerprint process died (%s): fingerprinting in this process from here on", exc)
+            self.pool.close()
+            self.pool = None
+
+    def _decide(self, batch: list[Line], futures: list[Future] | None) -> Decided:
+        from ..fingerprint_pool import FingerprintPool, PoolBroken
+
+        fingerprints = None
+        if futures is not None:
+            try:
+                fingerprints = FingerprintPool.fingerprints(futures)
+            except PoolBroken as exc:
+                self._lost(exc)
+        checkpoints = [(self.checkpoint, n) for n, _, _, article, _ in batch if article is not None]
+        return batch, decide_batch(self.dedup, _articles(batch), checkpoints, fingerprints)
+
+
+def _articles(batch: list[Line]) -> list[Article]:
+    return [article for _, _, _, article, _ in batch if article is not None]
+
+
+def decide_batch(dedup: Deduplicator, articles: list[Article], checkpoints: list[tuple[str, int]],
+                 fingerprints: list[Fingerprint | FingerprintFailed] | None = None) -> list[object]:
+    """Their decisions in one batch (on ``fingerprints`` if given, else fingerprinted here); if the
+    batch raises (it then writes nothing), one at a time, so that a failing record gets its
+    exception in place of a decision and the others are decided."""
+    if not articles:
+        return []
+    from ..fingerprint_pool import FingerprintFailed
+
+    if fingerprints is not None and any(isinstance(fp, FingerprintFailed) for fp in fingerprints):
+        fingerprints = None  # (rare: one at a time below, where the failing text raises again)
+    try:
+        if fingerprints is None:
+            return dedup.process_batch(articles, checkpoints=checkpoints)
+        return dedup.decide_batch([a.id for a in articles], fingerprints, checkpoints=checkpoints)
+    except Exception as exc:  # noqa: BLE001 - reported per record by the caller
+        if len(articles) == 1:
+            return [exc]
+    out: list[object] = []
+    for article, checkpoint in zip(articles, checkpoints, strict=True):
+        try:
+            out.append(dedup.process(article, checkpoint=checkpoint))
+        except Exception as exc:  # noqa: BLE001
+            out.append(exc)
+    return out
