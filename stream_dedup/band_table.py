@@ -239,6 +239,14 @@ def table_migrate(slot_keys, slot_head, old_keys, old_head, meta, steps):
     return end >= old_keys.shape[0]
 
 
+def grown_size(size: int, used: float, load: float, growth: float) -> int:
+    """``size``, grown by ``growth`` (as few times as needed, none if it does) until ``used`` slots
+    fill at most ``load`` of it (the growths of :class:`MemberLists` and the SimHash tables)."""
+    while used > load * size:
+        size = int(size * growth) + 1
+    return size
+
+
 def list_sizes(ends: np.ndarray) -> np.ndarray:
     """The size of each list from where each ends (``ends`` of :meth:`MemberLists.lookup`)."""
     sizes = ends.copy()
@@ -357,8 +365,7 @@ class MemberLists:
             self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
         elif meta[1] + entries > PREPARE_NODES * self.node_seq.shape[0]:
             n = self.node_seq.shape[0]
-            while meta[1] + entries > PREPARE_NODES * n:
-                n = int(n * GROWTH) + 1
+            n = grown_size(n, meta[1] + entries, PREPARE_NODES, GROWTH)
             self.mirror_seq, self.mirror_next = np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.int32)
             meta[6] = 0
             self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
@@ -366,8 +373,7 @@ class MemberLists:
             self._copy_nodes(self.node_seq.shape[0])
             if meta[1] + entries > self.node_seq.shape[0]:
                 n = self.node_seq.shape[0]
-                while meta[1] + entries > n:
-                    n = int(n * GROWTH) + 1
+                n = grown_size(n, meta[1] + entries, 1.0, GROWTH)
                 seq, nxt = np.zeros(n, dtype=np.uint32), np.full(n, -1, dtype=np.int32)
                 seq[:meta[1]], nxt[:meta[1]] = self.node_seq[:meta[1]], self.node_next[:meta[1]]
                 self.node_seq, self.node_next = seq, nxt
@@ -378,9 +384,9 @@ class MemberLists:
             full = meta[0] + entries > MAX_LOAD * size
         if self._next is None and meta[0] + entries > PREPARE_LOAD * size:
             self._migrate(self.old_keys.shape[0])
-            new = size  # the same size if emptied lists made the load
-            while meta[4] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size > MAX_LOAD * new / SLOT_GROWTH:
-                new = int(new * SLOT_GROWTH) + 1
+            # (the same size if emptied lists made the load)
+            new = grown_size(size, meta[4] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size,
+                             MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
             self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.int32)
             self._filled = 0
         if self._next is not None:
@@ -400,9 +406,7 @@ class MemberLists:
                 self._migrate(MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         if meta[0] + entries > MAX_LOAD * self.slot_keys.shape[0]:  # (an add larger than the growth's head start)
             self._migrate(self.old_keys.shape[0])
-            new = self.slot_keys.shape[0]
-            while meta[4] + entries > MAX_LOAD * new / SLOT_GROWTH:
-                new = int(new * SLOT_GROWTH) + 1
+            new = grown_size(self.slot_keys.shape[0], meta[4] + entries, MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
             self.old_keys, self.old_head = self.slot_keys, self.slot_head
             self.slot_keys, self.slot_head = np.full(new, EMPTY, dtype=np.uint64), np.full(new, -1, dtype=np.int32)
             self._next = None

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .band_table import grown_size
 from .jit import inline, kernel
 
 FREE = 0
@@ -245,9 +246,8 @@ class SimhashTable:
             self._migrate(self.old_tags.shape[0] if full else MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         if self._next is None and meta[0] + entries > PREPARE_LOAD * size:
             self._migrate(self.old_tags.shape[0])
-            new = size  # the same size if removals made the load
-            while meta[1] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size > MAX_LOAD * new / GROWTH:
-                new = int(new * GROWTH) + 1
+            # (the same size if removals made the load)
+            new = grown_size(size, meta[1] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MAX_LOAD / GROWTH, GROWTH)
             self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.uint8), np.empty(new, dtype=np.uint32)
             self._filled = 0
         if self._next is not None:
@@ -268,9 +268,7 @@ class SimhashTable:
                 self._migrate(MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         if meta[0] + entries > MAX_LOAD * self.fps.shape[0]:  # (an add larger than the growth's head start)
             self._migrate(self.old_tags.shape[0])
-            new = self.fps.shape[0]
-            while meta[1] + entries > MAX_LOAD * new / GROWTH:
-                new = int(new * GROWTH) + 1
+            new = grown_size(self.fps.shape[0], meta[1] + entries, MAX_LOAD / GROWTH, GROWTH)
             self.old_fps, self.old_tags, self.old_seqs = self.fps, self.tags, self.seqs
             self.fps, self.tags, self.seqs = (np.zeros(new, dtype=np.uint64), np.zeros(new, dtype=np.uint8),
                                               np.zeros(new, dtype=np.uint32))
