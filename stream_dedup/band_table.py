@@ -364,16 +364,14 @@ class MemberLists:
         if self.mirror_seq.shape[0]:
             self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
         elif meta[1] + entries > PREPARE_NODES * self.node_seq.shape[0]:
-            n = self.node_seq.shape[0]
-            n = grown_size(n, meta[1] + entries, PREPARE_NODES, GROWTH)
+            n = grown_size(self.node_seq.shape[0], meta[1] + entries, PREPARE_NODES, GROWTH)
             self.mirror_seq, self.mirror_next = np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.int32)
             meta[6] = 0
             self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
         if meta[1] + entries > self.node_seq.shape[0]:  # (an add larger than the copy's head start)
             self._copy_nodes(self.node_seq.shape[0])
             if meta[1] + entries > self.node_seq.shape[0]:
-                n = self.node_seq.shape[0]
-                n = grown_size(n, meta[1] + entries, 1.0, GROWTH)
+                n = grown_size(self.node_seq.shape[0], meta[1] + entries, 1.0, GROWTH)
                 seq, nxt = np.zeros(n, dtype=np.uint32), np.full(n, -1, dtype=np.int32)
                 seq[:meta[1]], nxt[:meta[1]] = self.node_seq[:meta[1]], self.node_next[:meta[1]]
                 self.node_seq, self.node_next = seq, nxt
@@ -398,20 +396,21 @@ class MemberLists:
             head[self._filled:end] = -1
             self._filled = end
             if end == keys.shape[0]:
-                self._migrate(self.old_keys.shape[0])
-                self.old_keys, self.old_head = self.slot_keys, self.slot_head
-                self.slot_keys, self.slot_head = keys, head
-                self._next = None
-                meta[0] = meta[5] = 0
-                self._migrate(MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
-        if meta[0] + entries > MAX_LOAD * self.slot_keys.shape[0]:  # (an add larger than the growth's head start)
-            self._migrate(self.old_keys.shape[0])
-            new = grown_size(self.slot_keys.shape[0], meta[4] + entries, MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
-            self.old_keys, self.old_head = self.slot_keys, self.slot_head
-            self.slot_keys, self.slot_head = np.full(new, EMPTY, dtype=np.uint64), np.full(new, -1, dtype=np.int32)
-            self._next = None
-            meta[0] = meta[5] = 0
-            self._migrate(self.old_keys.shape[0])
+                self._install(keys, head, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+        size = self.slot_keys.shape[0]
+        if meta[0] + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
+            new = grown_size(size, meta[4] + entries, MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
+            self._install(np.full(new, EMPTY, dtype=np.uint64), np.full(new, -1, dtype=np.int32), size)
+
+    def _install(self, keys: np.ndarray, head: np.ndarray, steps: int) -> None:
+        """Make the initialised ``keys``/``head`` the table (a draining one finished first); the
+        table it replaces drains from now on, ``steps`` slots of it at once."""
+        self._migrate(self.old_keys.shape[0])
+        self.old_keys, self.old_head = self.slot_keys, self.slot_head
+        self.slot_keys, self.slot_head = keys, head
+        self._next = None
+        self.meta[0] = self.meta[5] = 0
+        self._migrate(steps)
 
     def _copy_nodes(self, steps: int) -> None:
         """Copy the next ``steps`` nodes into the larger node arrays; they replace the node arrays once all are."""

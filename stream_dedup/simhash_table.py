@@ -260,21 +260,22 @@ class SimhashTable:
             seqs[self._filled:end] = 0
             self._filled = end
             if end == fps.shape[0]:
-                self._migrate(self.old_tags.shape[0])
-                self.old_fps, self.old_tags, self.old_seqs = self.fps, self.tags, self.seqs
-                self.fps, self.tags, self.seqs = fps, tags, seqs
-                self._next = None
-                meta[0] = meta[2] = 0
-                self._migrate(MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
-        if meta[0] + entries > MAX_LOAD * self.fps.shape[0]:  # (an add larger than the growth's head start)
-            self._migrate(self.old_tags.shape[0])
-            new = grown_size(self.fps.shape[0], meta[1] + entries, MAX_LOAD / GROWTH, GROWTH)
-            self.old_fps, self.old_tags, self.old_seqs = self.fps, self.tags, self.seqs
-            self.fps, self.tags, self.seqs = (np.zeros(new, dtype=np.uint64), np.zeros(new, dtype=np.uint8),
-                                              np.zeros(new, dtype=np.uint32))
-            self._next = None
-            meta[0] = meta[2] = 0
-            self._migrate(self.old_tags.shape[0])
+                self._install(fps, tags, seqs, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+        size = self.fps.shape[0]
+        if meta[0] + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
+            new = grown_size(size, meta[1] + entries, MAX_LOAD / GROWTH, GROWTH)
+            self._install(np.zeros(new, dtype=np.uint64), np.zeros(new, dtype=np.uint8), np.zeros(new, dtype=np.uint32),
+                          size)
+
+    def _install(self, fps: np.ndarray, tags: np.ndarray, seqs: np.ndarray, steps: int) -> None:
+        """Make the initialised ``fps``/``tags``/``seqs`` the table (a draining one finished first);
+        the table it replaces drains from now on, ``steps`` slots of it at once."""
+        self._migrate(self.old_tags.shape[0])
+        self.old_fps, self.old_tags, self.old_seqs = self.fps, self.tags, self.seqs
+        self.fps, self.tags, self.seqs = fps, tags, seqs
+        self._next = None
+        self.meta[0] = self.meta[2] = 0
+        self._migrate(steps)
 
     def _migrate(self, steps: int) -> None:
         """Move the entries of the next ``steps`` slots of the draining table; drop it once empty."""
