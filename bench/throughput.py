@@ -63,8 +63,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
 TWO_CPUS = "stream-dedup-2cpu"  # ours on every CPU this process may use, a fingerprint process beside it
-TOOLS = ("stream-dedup", "datasketch", "rensa", "gaoya", TWO_CPUS)
-PEERS = TOOLS[1:4]
+PEERS = ("datasketch", "rensa", "gaoya")
+TOOLS = ("stream-dedup", *PEERS, TWO_CPUS)
 STREAMS = ("dev", "short")
 NOT_INSTALLED = 3  # bench/peers.py's exit status when the peer's package is missing
 TARGET_VS_DATASKETCH = 10.0

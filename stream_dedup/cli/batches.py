@@ -52,19 +52,21 @@ class BatchDecider:
 
     def __init__(self, dedup: Deduplicator, pool: FingerprintPool | None, checkpoint: str) -> None:
         self.dedup, self.pool, self.checkpoint = dedup, pool, checkpoint
-        self.in_flight: deque[tuple[list[Line], list[Future] | None]] = deque()  # sent to the pool, oldest first
+        # sent to the pool, oldest first: the lines, their articles, the futures of their fingerprints
+        self.in_flight: deque[tuple[list[Line], list[Article], list[Future] | None]] = deque()
 
     def send(self, batch: list[Line]) -> Iterator[Decided]:
         """Take ``batch``; yield the batches decided meanwhile (this one too without a pool)."""
         from ..fingerprint_pool import PoolBroken
 
+        articles = [article for _, _, _, article, _ in batch if article is not None]
         futures = None
         if self.pool is not None:
             try:
-                futures = self.pool.submit(_articles(batch))
+                futures = self.pool.submit(articles)
             except PoolBroken as exc:
                 self._lost(exc)
-        self.in_flight.append((batch, futures))
+        self.in_flight.append((batch, articles, futures))
         while len(self.in_flight) > (1 if self.pool is not None else 0):
             yield self._decide(*self.in_flight.popleft())
 
@@ -89,7 +91,7 @@ class BatchDecider:
             self.pool.close()
             self.pool = None
 
-    def _decide(self, batch: list[Line], futures: list[Future] | None) -> Decided:
+    def _decide(self, batch: list[Line], articles: list[Article], futures: list[Future] | None) -> Decided:
         from ..fingerprint_pool import FingerprintPool, PoolBroken
 
         fingerprints = None
@@ -99,11 +101,7 @@ class BatchDecider:
             except PoolBroken as exc:
                 self._lost(exc)
         checkpoints = [(self.checkpoint, n) for n, _, _, article, _ in batch if article is not None]
-        return batch, decide_batch(self.dedup, _articles(batch), checkpoints, fingerprints)
-
-
-def _articles(batch: list[Line]) -> list[Article]:
-    return [article for _, _, _, article, _ in batch if article is not None]
+        return batch, decide_batch(self.dedup, articles, checkpoints, fingerprints)
 
 
 def decide_batch(dedup: Deduplicator, articles: list[Article], checkpoints: list[tuple[str, int]],
