@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import inline, kernel
+from .prefault import Ahead
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key has it: see band_keys)
 MAX_LOAD = 0.8   # slots used (live or emptied) at most; a growth leaves the live ones at most 0.8 / SLOT_GROWTH
@@ -277,7 +278,9 @@ class MemberLists:
     def _settled(self) -> None:
         """No growth under way (a new or loaded table)."""
         self.old_keys, self.old_head, self.mirror_seq, self.mirror_next = _NO_KEYS, _NO_HEADS, _NO_SEQS, _NO_HEADS
+        self._mirror_ahead: Ahead | None = None
         self._next: tuple[np.ndarray, np.ndarray] | None = None  # the next table while it is initialised
+        self._next_ahead: Ahead | None = None  # faults in its next chunks (stream_dedup.prefault)
         self._filled = 0
         if self.meta.shape[0] < _META:  # a snapshot of the format before incremental growth
             self.meta = np.concatenate([self.meta, np.zeros(_META - self.meta.shape[0], dtype=np.int64)])
@@ -290,9 +293,10 @@ class MemberLists:
     def settle(self) -> None:
         """Finish any growth under way (before a snapshot: it keeps one table and one pair of node arrays)."""
         self.mirror_seq, self.mirror_next = _NO_SEQS, _NO_HEADS  # (the node arrays are complete)
+        self._mirror_ahead = None
         self.meta[6] = 0
         self._migrate(self.old_keys.shape[0])
-        self._next = None
+        self._next = self._next_ahead = None
 
     @property
     def _args(self) -> tuple:
@@ -366,6 +370,7 @@ class MemberLists:
         elif meta[1] + entries > PREPARE_NODES * self.node_seq.shape[0]:
             n = grown_size(self.node_seq.shape[0], meta[1] + entries, PREPARE_NODES, GROWTH)
             self.mirror_seq, self.mirror_next = np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.int32)
+            self._mirror_ahead = Ahead(self.mirror_seq, self.mirror_next, limit=self.node_seq.shape[0])
             meta[6] = 0
             self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
         if meta[1] + entries > self.node_seq.shape[0]:  # (an add larger than the copy's head start)
@@ -386,6 +391,7 @@ class MemberLists:
             new = grown_size(size, meta[4] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size,
                              MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
             self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.int32)
+            self._next_ahead = Ahead(*self._next)
             self._filled = 0
         if self._next is not None:
             keys, head = self._next
@@ -397,6 +403,9 @@ class MemberLists:
             self._filled = end
             if end == keys.shape[0]:
                 self._install(keys, head, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+            else:  # the next adds' chunks, faulted in meanwhile on another core
+                assert self._next_ahead is not None
+                self._next_ahead.filled(end, step)
         size = self.slot_keys.shape[0]
         if meta[0] + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
             new = grown_size(size, meta[4] + entries, MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
@@ -408,7 +417,7 @@ class MemberLists:
         self._migrate(self.old_keys.shape[0])
         self.old_keys, self.old_head = self.slot_keys, self.slot_head
         self.slot_keys, self.slot_head = keys, head
-        self._next = None
+        self._next = self._next_ahead = None
         self.meta[0] = self.meta[5] = 0
         self._migrate(steps)
 
@@ -421,9 +430,12 @@ class MemberLists:
             self.mirror_seq[start:end] = self.node_seq[start:end]
             self.mirror_next[start:end] = self.node_next[start:end]
             self.meta[6] = end
+            if end < n and self._mirror_ahead is not None:
+                self._mirror_ahead.filled(end, steps)
             if end == n:
                 self.node_seq, self.node_next = self.mirror_seq, self.mirror_next
                 self.mirror_seq, self.mirror_next = _NO_SEQS, _NO_HEADS
+                self._mirror_ahead = None
                 self.meta[6] = 0
 
     def _migrate(self, steps: int) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 
 from .band_table import grown_size
 from .jit import inline, kernel
+from .prefault import Ahead
 
 FREE = 0
 REMOVED = 255
@@ -189,6 +190,7 @@ class SimhashTable:
         """No growth under way (a new table, or its arrays just set from a snapshot)."""
         self.old_fps, self.old_tags, self.old_seqs = _NO_FPS, _NO_TAGS, _NO_SEQS
         self._next: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the next table while initialised
+        self._next_ahead: Ahead | None = None  # faults in its next chunks (stream_dedup.prefault)
         self._filled = 0
         if self.meta.shape[0] < _META:  # a snapshot of the format before incremental growth
             self.meta = np.concatenate([self.meta, np.zeros(_META - self.meta.shape[0], dtype=np.int64)])
@@ -197,7 +199,7 @@ class SimhashTable:
     def settle(self) -> None:
         """Finish any growth under way (before a snapshot: it keeps one table)."""
         self._migrate(self.old_tags.shape[0])
-        self._next = None
+        self._next = self._next_ahead = None
 
     @property
     def entries(self) -> int:
@@ -249,6 +251,7 @@ class SimhashTable:
             # (the same size if removals made the load)
             new = grown_size(size, meta[1] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MAX_LOAD / GROWTH, GROWTH)
             self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.uint8), np.empty(new, dtype=np.uint32)
+            self._next_ahead = Ahead(*self._next)
             self._filled = 0
         if self._next is not None:
             fps, tags, seqs = self._next
@@ -261,6 +264,9 @@ class SimhashTable:
             self._filled = end
             if end == fps.shape[0]:
                 self._install(fps, tags, seqs, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+            else:  # the next adds' chunks, faulted in meanwhile on another core
+                assert self._next_ahead is not None
+                self._next_ahead.filled(end, step)
         size = self.fps.shape[0]
         if meta[0] + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
             new = grown_size(size, meta[1] + entries, MAX_LOAD / GROWTH, GROWTH)
@@ -273,7 +279,7 @@ class SimhashTable:
         self._migrate(self.old_tags.shape[0])
         self.old_fps, self.old_tags, self.old_seqs = self.fps, self.tags, self.seqs
         self.fps, self.tags, self.seqs = fps, tags, seqs
-        self._next = None
+        self._next = self._next_ahead = None
         self.meta[0] = self.meta[2] = 0
         self._migrate(steps)
 
