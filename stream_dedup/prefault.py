@@ -63,7 +63,7 @@ def _madvise() -> Callable[[int, int, int], int] | None:
 
 _MADVISE = _madvise()
 #: False once the kernel refused MADV_POPULATE_WRITE (EINVAL before 5.14): no more threads
-_supported = _MADVISE is not None and os.environ.get("STREAM_DEDUP_NO_PREFAULT", "") == ""
+_supported = _MADVISE is not None and os.environ.get("STREAM_DEDUP_NO_PREFAULT", "") in ("", "0")
 
 
 def populate(array: np.ndarray) -> bool:
