@@ -34,7 +34,8 @@ $(VENV)/.installed: pyproject.toml requirements/dev.lock $(VENV)/bin/uv
 # and numba's JIT stays in use (see stream_dedup/jit.py).
 AOT_INDEX := stream_dedup/_aot_kernels.json
 $(AOT_INDEX): $(VENV)/.installed stream_dedup/jit.py stream_dedup/aot.py stream_dedup/kernels.py \
-		stream_dedup/identity.py stream_dedup/passages.py stream_dedup/band_table.py stream_dedup/simhash_table.py
+		stream_dedup/identity.py stream_dedup/passages.py stream_dedup/list_table.py stream_dedup/band_table.py \
+		stream_dedup/simhash_table.py
 	$(PY) -m stream_dedup.aot -q
 
 install: $(VENV)/.installed $(AOT_INDEX)

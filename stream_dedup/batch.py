@@ -428,7 +428,7 @@ class _Members:
 
 
 class _PassageLists:
-    """The passage lists of a :class:`BatchView` (``lookup`` as :class:`~stream_dedup.band_table.MemberLists` has it)."""
+    """The passage lists of a :class:`BatchView` (``lookup`` as :class:`~stream_dedup.list_table.MemberLists` has it)."""
 
     __slots__ = ("lookup",)
 

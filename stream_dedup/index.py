@@ -60,7 +60,7 @@ import numpy as np
 from rocksdict import MemtableFactory, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from . import memory_lists
-from .band_table import BandTable, MemberLists
+from .band_table import BandTable
 from .index_options import MemoryBudget, cache_counts
 from .index_record import (
     _RECORD,
@@ -76,6 +76,7 @@ from .index_record import (
     stored_signature,
 )
 from .kernels import equal_counts
+from .list_table import MemberLists
 from .passages import DELETE_PREFIX, NO_ANCHORS, PASSAGES, anchors_of
 from .simhash import PermutedTables
 from .simhash_table import SimhashTable

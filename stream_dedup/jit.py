@@ -1,6 +1,6 @@
 """How the compiled kernels are loaded: ahead-of-time machine code when it is built, numba's JIT otherwise.
 
-The kernels (:mod:`.kernels`, :mod:`.identity`, :mod:`.passages`, :mod:`.band_table`, :mod:`.simhash_table`) are numba functions. Loaded by
+The kernels (:mod:`.kernels`, :mod:`.identity`, :mod:`.passages`, :mod:`.list_table`, :mod:`.band_table`, :mod:`.simhash_table`) are numba functions. Loaded by
 numba's JIT they cost a process ~1.3 s before its first decision, even from numba's on-disk
 cache: importing numba (~0.2 s), then, at the first call, numba's compiler and typing registries
 (~0.5 s, with scipy's BLAS probe ~0.25 s), whatever the size of the kernels. A short ``dedup`` run
@@ -45,8 +45,8 @@ except ImportError:
 
 PACKAGE_DIR = Path(__file__).parent
 #: modules that define kernels (their sources make the stamp, with this file's)
-KERNEL_MODULES = ("stream_dedup.kernels", "stream_dedup.identity", "stream_dedup.passages", "stream_dedup.band_table",
-                  "stream_dedup.simhash_table")
+KERNEL_MODULES = ("stream_dedup.kernels", "stream_dedup.identity", "stream_dedup.passages", "stream_dedup.list_table",
+                  "stream_dedup.band_table", "stream_dedup.simhash_table")
 AOT_NAME = "_aot_kernels"
 INDEX_FILE = PACKAGE_DIR / f"{AOT_NAME}.json"
 FORCE_JIT_ENV = "STREAM_DEDUP_JIT"

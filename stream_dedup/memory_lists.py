@@ -1,7 +1,7 @@
 """The index's in-memory lists: built from RocksDB, or loaded from the snapshot its last close wrote.
 
 The LSH buckets (:class:`~stream_dedup.band_table.BandTable`), the passage lists
-(:class:`~stream_dedup.band_table.MemberLists`) and the permuted SimHash tables
+(:class:`~stream_dedup.list_table.MemberLists`) and the permuted SimHash tables
 (:class:`~stream_dedup.simhash_table.SimhashTable`) are derived from what RocksDB keeps: the buckets
 from the 16-bit signature rows of the article records (``A`` keys), the SimHash tables from their
 SimHash, the passage lists from the anchors each article joined (``D`` keys). Building them reads
@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from .band_table import UNCAPPED, BandTable, MemberLists
+from .band_table import BandTable
 from .index_record import _RECORD, _SIG_DTYPE, FLAG_INDEXED
+from .list_table import UNCAPPED, MemberLists
 from .passages import DELETE_PREFIX, anchors_of
 from .simhash_table import SimhashTable
 

@@ -18,7 +18,7 @@ are those kept hashes, distinct, as 48-bit values. Properties:
 * about 2 / (w + 1) of the shingles become anchors (w = 32: 6 %, 33 for a 537-word article).
 
 **Index.** One posting list per anchor: the anchor (48 bits) -> the seqs of the articles holding
-it, at most ``common_docs`` of them, in memory (a :class:`~stream_dedup.band_table.MemberLists`).
+it, at most ``common_docs`` of them, in memory (a :class:`~stream_dedup.list_table.MemberLists`).
 The anchors an article added are stored under ``D`` + seq in RocksDB's points family (6 bytes
 each): the lists are rebuilt from them when the index opens (a list is exactly the articles that
 added themselves to it and are still indexed), and removing or evicting an article takes it out
@@ -48,9 +48,9 @@ from typing import Protocol
 
 import numpy as np
 
-from .band_table import list_sizes
 from .jit import kernel
 from .kernels import shingle_hashes
+from .list_table import list_sizes
 
 ANCHOR_BYTES = 6   # anchors are the top 48 bits of a shingle hash (key of a posting list)
 NO_ANCHORS = np.zeros(0, dtype=np.uint64)

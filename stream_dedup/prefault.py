@@ -1,6 +1,6 @@
 """Fault the pages a filler is about to write in on another thread, before it gets there.
 
-A growing in-memory list (:mod:`stream_dedup.band_table`, :mod:`stream_dedup.simhash_table`)
+A growing in-memory list (:mod:`stream_dedup.list_table`, :mod:`stream_dedup.simhash_table`)
 allocates its next, larger arrays and fills them front to back a chunk per add. The first write to
 each page is a page fault: the kernel finds and zeroes a page, and in a virtual machine whose
 memory the host backs on demand the host faults it in as well. Measured on the 2-core VM this

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .band_table import grown_size
 from .jit import inline, kernel
+from .list_table import grown_size
 from .prefault import Ahead
 
 FREE = 0
@@ -236,7 +236,7 @@ class SimhashTable:
     def reserve(self, entries: int) -> None:
         """Room for ``entries`` more entries: the table kept at most :data:`MAX_LOAD` used.
 
-        Incremental, as :meth:`stream_dedup.band_table.MemberLists.reserve`: past
+        Incremental, as :meth:`stream_dedup.list_table.MemberLists.reserve`: past
         :data:`PREPARE_LOAD` the next table is initialised a chunk per add, then it becomes the
         table (adds go there) and the old one drains, :data:`MIGRATE_PER_ENTRY` slots per entry
         added; probes and removals look in both meanwhile. A table that would still pass

@@ -1,4 +1,5 @@
-"""stream_dedup.band_table: the in-memory LSH buckets against a plain dict-of-lists model."""
+"""stream_dedup.band_table and stream_dedup.list_table: the in-memory LSH buckets (member lists) against a
+plain dict-of-lists model."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from stream_dedup import band_table
-from stream_dedup.band_table import EMPTY, BandTable
+from stream_dedup import list_table
+from stream_dedup.band_table import BandTable
+from stream_dedup.list_table import EMPTY
 
 
 class Model:
@@ -95,11 +97,11 @@ def test_incremental_growth_matches_the_model_mid_migration(cap: int, monkeypatc
     """Tiny growth steps, so adds, removes and lookups meet a table being initialised, a draining
     table and node arrays being copied, across several growths; a snapshot (settle, arrays copied,
     loaded) taken mid-growth holds the same lists and goes on the same."""
-    monkeypatch.setattr(band_table, "MIN_FILL", 3)
-    monkeypatch.setattr(band_table, "MIN_MIGRATE", 2)
-    monkeypatch.setattr(band_table, "MIN_COPY", 3)
-    monkeypatch.setattr(band_table, "MIGRATE_PER_ENTRY", 1)
-    monkeypatch.setattr(band_table, "COPY_PER_ENTRY", 1)
+    monkeypatch.setattr(list_table, "MIN_FILL", 3)
+    monkeypatch.setattr(list_table, "MIN_MIGRATE", 2)
+    monkeypatch.setattr(list_table, "MIN_COPY", 3)
+    monkeypatch.setattr(list_table, "MIGRATE_PER_ENTRY", 1)
+    monkeypatch.setattr(list_table, "COPY_PER_ENTRY", 1)
     rnd = random.Random(cap + 1)
     table = BandTable(bands=3, rows=3, cap=cap, slots=8, nodes=4)
     model = Model(cap)
@@ -146,11 +148,11 @@ def test_incremental_growth_matches_the_model_mid_migration(cap: int, monkeypatc
 
 def test_a_large_add_mid_growth_finishes_the_growth_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """An add larger than what the paced growth leaves room for finishes it (and grows again) at once."""
-    monkeypatch.setattr(band_table, "MIN_FILL", 1)
-    monkeypatch.setattr(band_table, "MIN_MIGRATE", 1)
-    monkeypatch.setattr(band_table, "MIN_COPY", 1)
-    monkeypatch.setattr(band_table, "MIGRATE_PER_ENTRY", 1)
-    monkeypatch.setattr(band_table, "COPY_PER_ENTRY", 1)
+    monkeypatch.setattr(list_table, "MIN_FILL", 1)
+    monkeypatch.setattr(list_table, "MIN_MIGRATE", 1)
+    monkeypatch.setattr(list_table, "MIN_COPY", 1)
+    monkeypatch.setattr(list_table, "MIGRATE_PER_ENTRY", 1)
+    monkeypatch.setattr(list_table, "COPY_PER_ENTRY", 1)
     rnd = random.Random(9)
     table = BandTable(bands=2, rows=3, cap=3, slots=64, nodes=64)
     model = Model(3)

@@ -1,0 +1,412 @@
+"""Member lists in memory: an open-addressing hash table of uint64 key -> a capped list of
+uint32 article seqs, newest first, grown incrementally (numpy arrays, numba kernels).
+
+Two indexes keep derived lists this way, rebuilt from RocksDB when an index opens
+(:mod:`stream_dedup.memory_lists`), RocksDB staying the one durable copy: the LSH band buckets
+(:class:`stream_dedup.band_table.BandTable`, bucket key -> the articles filed under it) and the
+passage lists of :mod:`stream_dedup.passages` (anchor -> the articles holding it, at most
+``--passage-common-docs`` of them).
+
+Layout:
+
+* ``slot_keys[C]`` / ``slot_head[C]``: open addressing with linear probing, at most 80 % full and
+  doubled when it would be fuller (so ~40-80 % full), incrementally (:meth:`MemberLists.reserve`:
+  no add rehashes the whole table); a slot whose list became empty keeps its key until the next growth;
+  :data:`EMPTY` marks a free slot (no key may be it);
+* ``node_seq[N]`` / ``node_next[N]``: each list a singly linked list of article seqs, newest
+  first, at most ``cap`` long (adding to a full list drops its oldest member, as the RocksDB
+  lists did); freed nodes go to a free list.
+
+Memory: 12 bytes a slot and 8 bytes a member (node arrays also grown by half): ~25-32 bytes per
+entry (:attr:`MemberLists.nbytes`). The next arrays of a growth are faulted in ahead of their
+filler on another thread (:mod:`stream_dedup.prefault`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .jit import inline, kernel
+from .prefault import Ahead
+
+EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key is it: see stream_dedup.band_table.band_keys)
+MAX_LOAD = 0.8   # slots used (live or emptied) at most; a growth leaves the live ones at most 0.8 / SLOT_GROWTH
+PREPARE_LOAD = 0.7  # past this, the next table is allocated and initialised a chunk per add (see reserve)
+#: the slot table doubles, the node arrays grow by half. (Until 2310931 the slot table's one-go rehash
+#: grew it 2.25x in effect, by a boundary case: a live load of exactly 0.8 / 1.5 counted as too full.
+#: Grown by half incrementally the table ran fuller, and the adds of 1M articles took ~1.7x as long.)
+SLOT_GROWTH, GROWTH = 2.0, 1.5
+UNCAPPED = 2**31 - 1  # a cap no list reaches
+#: meta: slots used (live or emptied) in the table, node high-water mark, free-list head, members, live slots
+#: (in both tables), the migration cursor in the draining table, the copy cursor in the old node arrays
+_META = 7
+#: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
+MIN_FILL, MIN_MIGRATE, MIN_COPY = 1 << 14, 1 << 14, 1 << 14
+PREPARE_NODES = 0.85  # node arrays this used: the larger ones are allocated and filled a chunk per add
+MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 16, 12
+_NO_KEYS = np.full(0, EMPTY, dtype=np.uint64)
+_NO_HEADS = np.zeros(0, dtype=np.int32)
+_NO_SEQS = np.zeros(0, dtype=np.uint32)
+
+
+@inline
+def _slot_of(slot_keys, key):
+    """The slot holding ``key``, or the free slot where it would go (linear probing from its home,
+    the top 32 bits of a multiplicative hash scaled to the table's size: any size works)."""
+    size = slot_keys.shape[0]
+    h = np.int64((((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) * np.uint64(size)) >> np.uint64(32))
+    while slot_keys[h] != key and slot_keys[h] != EMPTY:
+        h += 1
+        if h == size:
+            h = 0
+    return h
+
+
+@inline
+def _put(array, mirror, meta, node, value):
+    """``array[node] = value``, and in ``mirror`` too if the node is already copied there (while the
+    node arrays grow, below the copy cursor ``meta[6]``: see :meth:`MemberLists.reserve`)."""
+    array[node] = value
+    if node < meta[6]:
+        mirror[node] = value
+
+
+@inline
+def _old_slot(old_keys, meta, key):
+    """The slot of ``key`` in the draining table if the table is migrating and holds it there, else -1."""
+    if meta[5] >= old_keys.shape[0]:
+        return np.int64(-1)
+    h = _slot_of(old_keys, key)
+    return h if old_keys[h] != EMPTY else np.int64(-1)
+
+
+@inline
+def _move_slot(slot_keys, slot_head, old_keys, old_head, meta, j):
+    """Move the list of the draining table's slot ``j`` into the table (its key is not there);
+    the old slot keeps its key with an empty list (probes through it still work)."""
+    h = _slot_of(slot_keys, old_keys[j])
+    slot_keys[h] = old_keys[j]
+    slot_head[h] = old_head[j]
+    old_head[j] = -1
+    meta[0] += 1
+    return h
+
+
+@kernel
+def table_members(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta, keys, ends):
+    """The members of the buckets ``keys`` (uint64[m]), bucket after bucket, each newest first;
+    ``ends[i]`` (int64[m]) is set to where bucket ``i``'s members end in the result."""
+    m = keys.shape[0]
+    heads = np.empty(m, dtype=np.int64)
+    total = 0
+    for i in range(m):
+        h = _slot_of(slot_keys, keys[i])
+        if slot_keys[h] != EMPTY:
+            node = np.int64(slot_head[h])
+        else:
+            j = _old_slot(old_keys, meta, keys[i])
+            node = np.int64(old_head[j]) if j >= 0 else np.int64(-1)
+        heads[i] = node
+        while node >= 0:
+            total += 1
+            node = np.int64(node_next[node])
+        ends[i] = total
+    out = np.empty(total, dtype=np.uint32)
+    c = 0
+    for i in range(m):
+        node = heads[i]
+        while node >= 0:
+            out[c] = node_seq[node]
+            c += 1
+            node = np.int64(node_next[node])
+    return out
+
+
+@kernel
+def table_add(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta, keys, seqs, cap):
+    """File ``seqs[i]`` under the key ``keys[i]`` (uint64[m], uint32[m]), newest first; a list over
+    ``cap`` members loses its oldest. The caller has made room (:meth:`MemberLists.reserve`)."""
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        h = _slot_of(slot_keys, key)
+        if slot_keys[h] == EMPTY:
+            j = _old_slot(old_keys, meta, key)
+            if j >= 0 and old_head[j] >= 0:  # still in the draining table: moved first
+                h = _move_slot(slot_keys, slot_head, old_keys, old_head, meta, j)
+            else:
+                slot_keys[h] = key
+                slot_head[h] = -1
+                meta[0] += 1
+        if slot_head[h] < 0:
+            meta[4] += 1
+        node = meta[2]
+        if node >= 0:
+            meta[2] = np.int64(node_next[node])
+        else:
+            node = meta[1]
+            meta[1] += 1
+        _put(node_seq, mirror_seq, meta, node, seqs[i])
+        _put(node_next, mirror_next, meta, node, slot_head[h])
+        slot_head[h] = node
+        meta[3] += 1
+        count = 1
+        while count < cap and node >= 0:  # the cap-th member, whose successors go
+            node = np.int64(node_next[node])
+            count += 1
+        if node >= 0:
+            drop = np.int64(node_next[node])
+            _put(node_next, mirror_next, meta, node, -1)
+            while drop >= 0:
+                after = np.int64(node_next[drop])
+                _put(node_next, mirror_next, meta, drop, meta[2])
+                meta[2] = drop
+                meta[3] -= 1
+                drop = after
+
+
+@kernel
+def table_remove(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta, keys, seq):
+    """Take article ``seq`` out of the buckets ``keys`` (uint64[m]); absent members are ignored."""
+    for i in range(keys.shape[0]):
+        h = _slot_of(slot_keys, keys[i])
+        heads = slot_head
+        if slot_keys[h] == EMPTY:
+            h = _old_slot(old_keys, meta, keys[i])
+            if h < 0:
+                continue
+            heads = old_head
+        prev = np.int64(-1)
+        node = np.int64(heads[h])
+        while node >= 0 and node_seq[node] != seq:
+            prev = node
+            node = np.int64(node_next[node])
+        if node < 0:
+            continue
+        after = np.int64(node_next[node])
+        if prev < 0:
+            heads[h] = after
+            if after < 0:
+                meta[4] -= 1
+        else:
+            _put(node_next, mirror_next, meta, prev, after)
+        _put(node_next, mirror_next, meta, node, meta[2])
+        meta[2] = node
+        meta[3] -= 1
+
+
+@kernel
+def table_migrate(slot_keys, slot_head, old_keys, old_head, meta, steps):
+    """Move the non-empty lists of the next ``steps`` slots of the draining table (from the cursor
+    ``meta[5]`` on) into the table; returns whether the draining table is empty now."""
+    end = min(old_keys.shape[0], meta[5] + steps)
+    for j in range(meta[5], end):
+        if old_keys[j] != EMPTY and old_head[j] >= 0:
+            _move_slot(slot_keys, slot_head, old_keys, old_head, meta, j)
+    meta[5] = end
+    return end >= old_keys.shape[0]
+
+
+def grown_size(size: int, used: float, load: float, growth: float) -> int:
+    """``size``, grown by ``growth`` (as few times as needed, none if it does) until ``used`` slots
+    fill at most ``load`` of it (the growths of :class:`MemberLists` and the SimHash tables)."""
+    while used > load * size:
+        size = int(size * growth) + 1
+    return size
+
+
+def list_sizes(ends: np.ndarray) -> np.ndarray:
+    """The size of each list from where each ends (``ends`` of :meth:`MemberLists.lookup`)."""
+    sizes = ends.copy()
+    sizes[1:] -= ends[:-1]
+    return sizes
+
+
+class MemberLists:
+    """Lists of uint32 members under uint64 keys, at most ``cap`` each (see the module doc). Single writer.
+
+    Growth is incremental, so that no add pays for a whole rehash or copy (:meth:`reserve`): while
+    a table grows there are two, the table and the *draining* one (``old_keys``/``old_head``), and
+    each key's list is in exactly one of them; while the node arrays grow, the larger ones
+    (``mirror_seq``/``mirror_next``) are filled by a copy a chunk per add, every write below the
+    copy cursor going to both, and replace the node arrays once complete.
+    """
+
+    def __init__(self, cap: int, slots: int = 1 << 12, nodes: int = 1 << 12) -> None:
+        self.cap = cap
+        self.slot_keys = np.full(slots, EMPTY, dtype=np.uint64)
+        self.slot_head = np.full(slots, -1, dtype=np.int32)
+        self.node_seq = np.zeros(nodes, dtype=np.uint32)
+        self.node_next = np.full(nodes, -1, dtype=np.int32)
+        self.meta = np.zeros(_META, dtype=np.int64)
+        self.meta[2] = -1
+        self._settled()
+
+    def _settled(self) -> None:
+        """No growth under way (a new or loaded table)."""
+        self.old_keys, self.old_head, self.mirror_seq, self.mirror_next = _NO_KEYS, _NO_HEADS, _NO_SEQS, _NO_HEADS
+        self._mirror_ahead: Ahead | None = None
+        self._next: tuple[np.ndarray, np.ndarray] | None = None  # the next table while it is initialised
+        self._next_ahead: Ahead | None = None  # faults in its next chunks (stream_dedup.prefault)
+        self._filled = 0
+        if self.meta.shape[0] < _META:  # a snapshot of the format before incremental growth
+            self.meta = np.concatenate([self.meta, np.zeros(_META - self.meta.shape[0], dtype=np.int64)])
+        self.meta[5] = self.meta[6] = 0
+
+    def loaded(self) -> None:
+        """Called once the arrays are set from a snapshot."""
+        self._settled()
+
+    def settle(self) -> None:
+        """Finish any growth under way (before a snapshot: it keeps one table and one pair of node arrays)."""
+        self.mirror_seq, self.mirror_next = _NO_SEQS, _NO_HEADS  # (the node arrays are complete)
+        self._mirror_ahead = None
+        self.meta[6] = 0
+        self._migrate(self.old_keys.shape[0])
+        self._next = self._next_ahead = None
+
+    @property
+    def _args(self) -> tuple:
+        return (self.slot_keys, self.slot_head, self.node_seq, self.node_next,
+                self.old_keys, self.old_head, self.mirror_seq, self.mirror_next, self.meta)
+
+    @property
+    def members(self) -> int:
+        """Entries held (one per key and member)."""
+        return int(self.meta[3])
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.slot_keys, self.slot_head, self.node_seq, self.node_next,
+                  self.old_keys, self.old_head)
+        # (the next table's and the larger node arrays' pages are resident as far as they are written)
+        return (sum(a.nbytes for a in arrays) + sum(a[:self._filled].nbytes for a in self._next or ())
+                + sum(a[:self.meta[6]].nbytes for a in (self.mirror_seq, self.mirror_next)))
+
+    def lookup(self, keys: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
+        """uint32 members of the lists ``keys`` (uint64[m]), list after list, newest first
+        (a member of several lists appears once for each); ``ends`` (int64[m]), if given, gets
+        where each list's members end."""
+        if ends is None:
+            ends = np.empty(keys.shape[0], dtype=np.int64)
+        return table_members(*self._args, keys, ends)
+
+    def add_entries(self, keys: np.ndarray, seqs: np.ndarray) -> None:
+        """File ``seqs[i]`` (uint32[m]) under ``keys[i]`` (uint64[m]), in order."""
+        if keys.shape[0]:
+            self.reserve(keys.shape[0])
+            table_add(*self._args, keys, seqs, self.cap)
+
+    def file(self, pairs: list[tuple[np.ndarray, int]]) -> None:
+        """File each ``(keys, seq)`` in order: ``seq`` under every key of ``keys`` (uint64)."""
+        if pairs:  # (one np.repeat for the seqs: a np.full per pair cost ~1 us each)
+            self.add_entries(np.concatenate([keys for keys, _ in pairs]),
+                             np.repeat(np.array([seq for _, seq in pairs], dtype=np.uint32),
+                                       [keys.shape[0] for keys, _ in pairs]))
+
+    def remove(self, keys: np.ndarray, seq: int) -> None:
+        """Take ``seq`` out of the lists ``keys`` (uint64[m])."""
+        if keys.shape[0]:
+            table_remove(*self._args, keys, seq)
+
+    def as_dict(self) -> dict[int, list[int]]:
+        """Every non-empty list (for tests and inspection; O(size))."""
+        keys = np.concatenate([self.slot_keys[(self.slot_keys != EMPTY) & (self.slot_head >= 0)],
+                               self.old_keys[(self.old_keys != EMPTY) & (self.old_head >= 0)]])
+        ends = np.empty(keys.shape[0], dtype=np.int64)
+        members = self.lookup(keys, ends).tolist()
+        starts = [0, *ends.tolist()][:keys.shape[0]]
+        return {k: members[a:b] for k, a, b in zip(keys.tolist(), starts, ends.tolist(), strict=True)}
+
+    def reserve(self, entries: int) -> None:
+        """Room for ``entries`` more entries: more nodes, and slots kept at most :data:`MAX_LOAD` used.
+
+        Neither grows in one go (a rehash of every list in one add stalled that add: seconds at a
+        few million articles). Nodes: past :data:`PREPARE_NODES` of them used, larger arrays are
+        allocated (zeroed lazily by the OS, not touched) and each add copies the next
+        :data:`COPY_PER_ENTRY` nodes per entry into them; the kernels keep reading the node arrays
+        and write a node in both if it is already copied; once all are they replace the node arrays. Slots: past
+        :data:`PREPARE_LOAD` the next table is allocated and initialised a chunk per add (so its
+        pages are not all faulted in by one add), while adds still go to the table; once it is
+        ready it becomes the table and the old one drains, :data:`MIGRATE_PER_ENTRY` slots per
+        entry added (a key still there is moved first when added to). Both finish long before the
+        next growth; a table that would still pass :data:`MAX_LOAD` finishes at once."""
+        meta = self.meta
+        if self.mirror_seq.shape[0]:
+            self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
+        elif meta[1] + entries > PREPARE_NODES * self.node_seq.shape[0]:
+            n = grown_size(self.node_seq.shape[0], meta[1] + entries, PREPARE_NODES, GROWTH)
+            self.mirror_seq, self.mirror_next = np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.int32)
+            self._mirror_ahead = Ahead(self.mirror_seq, self.mirror_next, limit=self.node_seq.shape[0])
+            meta[6] = 0
+            self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
+        if meta[1] + entries > self.node_seq.shape[0]:  # (an add larger than the copy's head start)
+            self._copy_nodes(self.node_seq.shape[0])
+            if meta[1] + entries > self.node_seq.shape[0]:
+                n = grown_size(self.node_seq.shape[0], meta[1] + entries, 1.0, GROWTH)
+                seq, nxt = np.zeros(n, dtype=np.uint32), np.full(n, -1, dtype=np.int32)
+                seq[:meta[1]], nxt[:meta[1]] = self.node_seq[:meta[1]], self.node_next[:meta[1]]
+                self.node_seq, self.node_next = seq, nxt
+        size = self.slot_keys.shape[0]
+        full = meta[0] + entries > MAX_LOAD * size
+        if self.old_keys.shape[0]:
+            self._migrate(self.old_keys.shape[0] if full else MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+            full = meta[0] + entries > MAX_LOAD * size
+        if self._next is None and meta[0] + entries > PREPARE_LOAD * size:
+            self._migrate(self.old_keys.shape[0])
+            # (the same size if emptied lists made the load)
+            new = grown_size(size, meta[4] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size,
+                             MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
+            self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.int32)
+            self._next_ahead = Ahead(*self._next)
+            self._filled = 0
+        if self._next is not None:
+            keys, head = self._next
+            # done while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots
+            step = MIN_FILL + int(keys.shape[0] * entries / max(1.0, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size))
+            end = keys.shape[0] if full else min(keys.shape[0], self._filled + step)
+            keys[self._filled:end] = EMPTY
+            head[self._filled:end] = -1
+            self._filled = end
+            if end == keys.shape[0]:
+                self._install(keys, head, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
+            else:  # the next adds' chunks, faulted in meanwhile on another core
+                assert self._next_ahead is not None
+                self._next_ahead.filled(end, step)
+        size = self.slot_keys.shape[0]
+        if meta[0] + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
+            new = grown_size(size, meta[4] + entries, MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
+            self._install(np.full(new, EMPTY, dtype=np.uint64), np.full(new, -1, dtype=np.int32), size)
+
+    def _install(self, keys: np.ndarray, head: np.ndarray, steps: int) -> None:
+        """Make the initialised ``keys``/``head`` the table (a draining one finished first); the
+        table it replaces drains from now on, ``steps`` slots of it at once."""
+        self._migrate(self.old_keys.shape[0])
+        self.old_keys, self.old_head = self.slot_keys, self.slot_head
+        self.slot_keys, self.slot_head = keys, head
+        self._next = self._next_ahead = None
+        self.meta[0] = self.meta[5] = 0
+        self._migrate(steps)
+
+    def _copy_nodes(self, steps: int) -> None:
+        """Copy the next ``steps`` nodes into the larger node arrays; they replace the node arrays once all are."""
+        n = self.node_seq.shape[0]
+        if self.mirror_seq.shape[0]:
+            start = int(self.meta[6])
+            end = min(n, start + steps)
+            self.mirror_seq[start:end] = self.node_seq[start:end]
+            self.mirror_next[start:end] = self.node_next[start:end]
+            self.meta[6] = end
+            if end < n and self._mirror_ahead is not None:
+                self._mirror_ahead.filled(end, steps)
+            if end == n:
+                self.node_seq, self.node_next = self.mirror_seq, self.mirror_next
+                self.mirror_seq, self.mirror_next = _NO_SEQS, _NO_HEADS
+                self._mirror_ahead = None
+                self.meta[6] = 0
+
+    def _migrate(self, steps: int) -> None:
+        """Move the lists of the next ``steps`` slots of the draining table; drop it once empty."""
+        if self.old_keys.shape[0] and table_migrate(self.slot_keys, self.slot_head, self.old_keys, self.old_head,
+                                                    self.meta, steps):
+            self.old_keys, self.old_head = _NO_KEYS, _NO_HEADS
+            self.meta[5] = 0
