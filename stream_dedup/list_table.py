@@ -221,6 +221,45 @@ def list_sizes(ends: np.ndarray) -> np.ndarray:
     return sizes
 
 
+class NextArrays:
+    """A growing table's next, larger arrays while they are initialised a chunk per add (so that
+    no add writes them all), their pages faulted in a few chunks ahead on another thread
+    (:class:`~stream_dedup.prefault.Ahead`)."""
+
+    __slots__ = ("arrays", "fills", "filled", "ahead")
+
+    def __init__(self, size: int, *spec: tuple[type, int | np.integer]) -> None:
+        """``spec``: (dtype, initial value) of each array."""
+        self.arrays = tuple(np.empty(size, dtype=dtype) for dtype, _ in spec)
+        self.fills = tuple(value for _, value in spec)
+        self.filled = 0
+        self.ahead = Ahead(*self.arrays)
+
+    @property
+    def size(self) -> int:
+        return self.arrays[0].shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes initialised so far (the rest is not touched yet)."""
+        return sum(a[:self.filled].nbytes for a in self.arrays)
+
+    def advance(self, entries: int, window: float, least: int, full: bool) -> bool:
+        """Initialise the share of the arrays that ``entries`` more entries take of a ``window`` of
+        entries (at least ``least`` elements; all that is left if ``full``); True once all are."""
+        return self.fill(self.size if full else least + int(self.size * entries / max(1.0, window)))
+
+    def fill(self, step: int) -> bool:
+        """Initialise the next ``step`` elements of each array; True once all are."""
+        end = min(self.size, self.filled + step)
+        for array, value in zip(self.arrays, self.fills, strict=True):
+            array[self.filled:end] = value
+        self.filled = end
+        if end < self.size:  # the next adds' chunks, faulted in meanwhile on another core
+            self.ahead.filled(end, step)
+        return end == self.size
+
+
 class MemberLists:
     """Lists of uint32 members under uint64 keys, at most ``cap`` each (see the module doc). Single writer.
 
@@ -245,9 +284,7 @@ class MemberLists:
         """No growth under way (a new or loaded table)."""
         self.old_keys, self.old_head, self.mirror_seq, self.mirror_next = _NO_KEYS, _NO_HEADS, _NO_SEQS, _NO_HEADS
         self._mirror_ahead: Ahead | None = None
-        self._next: tuple[np.ndarray, np.ndarray] | None = None  # the next table while it is initialised
-        self._next_ahead: Ahead | None = None  # faults in its next chunks (stream_dedup.prefault)
-        self._filled = 0
+        self._next: NextArrays | None = None  # the next table's keys and heads while they are initialised
         if self.meta.shape[0] < _META:  # a snapshot of the format before incremental growth
             self.meta = np.concatenate([self.meta, np.zeros(_META - self.meta.shape[0], dtype=np.int64)])
         self.meta[5] = self.meta[6] = 0
@@ -262,7 +299,7 @@ class MemberLists:
         self._mirror_ahead = None
         self.meta[6] = 0
         self._migrate(self.old_keys.shape[0])
-        self._next = self._next_ahead = None
+        self._next = None
 
     @property
     def _args(self) -> tuple:
@@ -279,7 +316,7 @@ class MemberLists:
         arrays = (self.slot_keys, self.slot_head, self.node_seq, self.node_next,
                   self.old_keys, self.old_head)
         # (the next table's and the larger node arrays' pages are resident as far as they are written)
-        return (sum(a.nbytes for a in arrays) + sum(a[:self._filled].nbytes for a in self._next or ())
+        return (sum(a.nbytes for a in arrays) + (self._next.nbytes if self._next is not None else 0)
                 + sum(a[:self.meta[6]].nbytes for a in (self.mirror_seq, self.mirror_next)))
 
     def lookup(self, keys: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
@@ -356,22 +393,10 @@ class MemberLists:
             # (the same size if emptied lists made the load)
             new = grown_size(size, meta[4] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size,
                              MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
-            self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.int32)
-            self._next_ahead = Ahead(*self._next)
-            self._filled = 0
-        if self._next is not None:
-            keys, head = self._next
-            # done while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots
-            step = MIN_FILL + int(keys.shape[0] * entries / max(1.0, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size))
-            end = keys.shape[0] if full else min(keys.shape[0], self._filled + step)
-            keys[self._filled:end] = EMPTY
-            head[self._filled:end] = -1
-            self._filled = end
-            if end == keys.shape[0]:
-                self._install(keys, head, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
-            else:  # the next adds' chunks, faulted in meanwhile on another core
-                assert self._next_ahead is not None
-                self._next_ahead.filled(end, step)
+            self._next = NextArrays(new, (np.uint64, EMPTY), (np.int32, -1))
+        # (ready while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots)
+        if self._next is not None and self._next.advance(entries, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MIN_FILL, full):
+            self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         size = self.slot_keys.shape[0]
         if meta[0] + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
             new = grown_size(size, meta[4] + entries, MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
@@ -383,7 +408,7 @@ class MemberLists:
         self._migrate(self.old_keys.shape[0])
         self.old_keys, self.old_head = self.slot_keys, self.slot_head
         self.slot_keys, self.slot_head = keys, head
-        self._next = self._next_ahead = None
+        self._next = None
         self.meta[0] = self.meta[5] = 0
         self._migrate(steps)
 

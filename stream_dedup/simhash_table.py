@@ -29,8 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import inline, kernel
-from .list_table import grown_size
-from .prefault import Ahead
+from .list_table import NextArrays, grown_size
 
 FREE = 0
 REMOVED = 255
@@ -189,9 +188,7 @@ class SimhashTable:
     def loaded(self) -> None:
         """No growth under way (a new table, or its arrays just set from a snapshot)."""
         self.old_fps, self.old_tags, self.old_seqs = _NO_FPS, _NO_TAGS, _NO_SEQS
-        self._next: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the next table while initialised
-        self._next_ahead: Ahead | None = None  # faults in its next chunks (stream_dedup.prefault)
-        self._filled = 0
+        self._next: NextArrays | None = None  # the next table's arrays while they are initialised
         if self.meta.shape[0] < _META:  # a snapshot of the format before incremental growth
             self.meta = np.concatenate([self.meta, np.zeros(_META - self.meta.shape[0], dtype=np.int64)])
         self.meta[2] = 0
@@ -199,7 +196,7 @@ class SimhashTable:
     def settle(self) -> None:
         """Finish any growth under way (before a snapshot: it keeps one table)."""
         self._migrate(self.old_tags.shape[0])
-        self._next = self._next_ahead = None
+        self._next = None
 
     @property
     def entries(self) -> int:
@@ -210,7 +207,7 @@ class SimhashTable:
     def nbytes(self) -> int:
         arrays = (self.fps, self.tags, self.seqs, self.old_fps, self.old_tags, self.old_seqs)
         # (the next table's pages are resident as far as it is initialised)
-        return sum(a.nbytes for a in arrays) + sum(a[:self._filled].nbytes for a in self._next or ())
+        return sum(a.nbytes for a in arrays) + (self._next.nbytes if self._next is not None else 0)
 
     def add(self, permuted: np.ndarray, seq: int) -> None:
         """File article ``seq`` with its SimHash permuted for each table (uint64[T])."""
@@ -250,23 +247,11 @@ class SimhashTable:
             self._migrate(self.old_tags.shape[0])
             # (the same size if removals made the load)
             new = grown_size(size, meta[1] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MAX_LOAD / GROWTH, GROWTH)
-            self._next = np.empty(new, dtype=np.uint64), np.empty(new, dtype=np.uint8), np.empty(new, dtype=np.uint32)
-            self._next_ahead = Ahead(*self._next)
-            self._filled = 0
-        if self._next is not None:
-            fps, tags, seqs = self._next
-            # done while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots
-            step = MIN_FILL + int(fps.shape[0] * entries / max(1.0, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size))
-            end = fps.shape[0] if full else min(fps.shape[0], self._filled + step)
-            fps[self._filled:end] = 0  # (every page touched now, not by the migration's scattered writes)
-            tags[self._filled:end] = FREE
-            seqs[self._filled:end] = 0
-            self._filled = end
-            if end == fps.shape[0]:
-                self._install(fps, tags, seqs, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
-            else:  # the next adds' chunks, faulted in meanwhile on another core
-                assert self._next_ahead is not None
-                self._next_ahead.filled(end, step)
+            # (fps zeroed now, every page touched a chunk per add, not by the migration's scattered writes)
+            self._next = NextArrays(new, (np.uint64, 0), (np.uint8, FREE), (np.uint32, 0))
+        # (ready while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots)
+        if self._next is not None and self._next.advance(entries, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MIN_FILL, full):
+            self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         size = self.fps.shape[0]
         if meta[0] + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
             new = grown_size(size, meta[1] + entries, MAX_LOAD / GROWTH, GROWTH)
@@ -279,7 +264,7 @@ class SimhashTable:
         self._migrate(self.old_tags.shape[0])
         self.old_fps, self.old_tags, self.old_seqs = self.fps, self.tags, self.seqs
         self.fps, self.tags, self.seqs = fps, tags, seqs
-        self._next = self._next_ahead = None
+        self._next = None
         self.meta[0] = self.meta[2] = 0
         self._migrate(steps)
 
