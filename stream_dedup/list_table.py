@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import inline, kernel
-from .prefault import Ahead
+from .prefault import Ahead, NextArrays
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key is it: see stream_dedup.band_table.band_keys)
 MAX_LOAD = 0.8   # slots used (live or emptied) at most; a growth leaves the live ones at most 0.8 / SLOT_GROWTH
@@ -219,45 +219,6 @@ def list_sizes(ends: np.ndarray) -> np.ndarray:
     sizes = ends.copy()
     sizes[1:] -= ends[:-1]
     return sizes
-
-
-class NextArrays:
-    """A growing table's next, larger arrays while they are initialised a chunk per add (so that
-    no add writes them all), their pages faulted in a few chunks ahead on another thread
-    (:class:`~stream_dedup.prefault.Ahead`)."""
-
-    __slots__ = ("arrays", "fills", "filled", "ahead")
-
-    def __init__(self, size: int, *spec: tuple[type, int | np.integer]) -> None:
-        """``spec``: (dtype, initial value) of each array."""
-        self.arrays = tuple(np.empty(size, dtype=dtype) for dtype, _ in spec)
-        self.fills = tuple(value for _, value in spec)
-        self.filled = 0
-        self.ahead = Ahead(*self.arrays)
-
-    @property
-    def size(self) -> int:
-        return self.arrays[0].shape[0]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes initialised so far (the rest is not touched yet)."""
-        return sum(a[:self.filled].nbytes for a in self.arrays)
-
-    def advance(self, entries: int, window: float, least: int, full: bool) -> bool:
-        """Initialise the share of the arrays that ``entries`` more entries take of a ``window`` of
-        entries (at least ``least`` elements; all that is left if ``full``); True once all are."""
-        return self.fill(self.size if full else least + int(self.size * entries / max(1.0, window)))
-
-    def fill(self, step: int) -> bool:
-        """Initialise the next ``step`` elements of each array; True once all are."""
-        end = min(self.size, self.filled + step)
-        for array, value in zip(self.arrays, self.fills, strict=True):
-            array[self.filled:end] = value
-        self.filled = end
-        if end < self.size:  # the next adds' chunks, faulted in meanwhile on another core
-            self.ahead.filled(end, step)
-        return end == self.size
 
 
 class MemberLists:

@@ -9,7 +9,8 @@ project is developed on: 2.3 ms per MB on memory the process has not used before
 pages are written again; on the LSH band table's growths that was about a sixth of the time it
 spent filing a million articles (README, *Where the p99 went as the index grew*).
 
-:class:`Ahead` hands the next few chunks of such a filler to one daemon thread, which asks the
+:class:`NextArrays` holds such next arrays while they are filled; its :class:`Ahead` hands the
+next few chunks of the filler to one daemon thread, which asks the
 kernel to fault them in (``madvise(MADV_POPULATE_WRITE)``, Linux 5.14+, 1 MB a call): ``ctypes``
 releases the GIL around the call, so the faults are taken on another core while the adds go on,
 and the memory still becomes resident at the filler's pace (a few chunks ahead of it, not the
@@ -155,3 +156,42 @@ class Ahead:
 def wait_idle() -> None:
     """Until the prefault thread has done every range handed to it (tests)."""
     _worker.jobs.join()
+
+
+class NextArrays:
+    """A growing table's next, larger arrays while they are initialised a chunk per add (so that
+    no add writes them all), their pages faulted in a few chunks ahead on another thread
+    (:class:`Ahead`)."""
+
+    __slots__ = ("arrays", "fills", "filled", "ahead")
+
+    def __init__(self, size: int, *spec: tuple[type, int | np.integer]) -> None:
+        """``spec``: (dtype, initial value) of each array."""
+        self.arrays = tuple(np.empty(size, dtype=dtype) for dtype, _ in spec)
+        self.fills = tuple(value for _, value in spec)
+        self.filled = 0
+        self.ahead = Ahead(*self.arrays)
+
+    @property
+    def size(self) -> int:
+        return self.arrays[0].shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes initialised so far (the rest is not touched yet)."""
+        return sum(a[:self.filled].nbytes for a in self.arrays)
+
+    def advance(self, entries: int, window: float, least: int, full: bool) -> bool:
+        """Initialise the share of the arrays that ``entries`` more entries take of a ``window`` of
+        entries (at least ``least`` elements; all that is left if ``full``); True once all are."""
+        return self.fill(self.size if full else least + int(self.size * entries / max(1.0, window)))
+
+    def fill(self, step: int) -> bool:
+        """Initialise the next ``step`` elements of each array; True once all are."""
+        end = min(self.size, self.filled + step)
+        for array, value in zip(self.arrays, self.fills, strict=True):
+            array[self.filled:end] = value
+        self.filled = end
+        if end < self.size:  # the next adds' chunks, faulted in meanwhile on another core
+            self.ahead.filled(end, step)
+        return end == self.size

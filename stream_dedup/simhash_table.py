@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import inline, kernel
-from .list_table import NextArrays, grown_size
+from .list_table import grown_size
+from .prefault import NextArrays
 
 FREE = 0
 REMOVED = 255
