@@ -23,8 +23,6 @@ does nothing and the filler takes its faults itself, as before.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import mmap
 import os
 import queue
@@ -50,45 +48,48 @@ PAGE = mmap.PAGESIZE
 
 
 def _madvise() -> Callable[[int, int, int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    fn = libc.madvise
-    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    fn.restype = ctypes.c_int
-    return fn
+    """libc's ``madvise``, looked up on first use (not at import: every process imports this
+    module, few grow a table); None, and no more tries, where it cannot be had."""
+    global _MADVISE, _supported
+    if _MADVISE is None and _supported:
+        import ctypes
+
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).madvise  # the process's own libc
+        except (OSError, AttributeError):
+            _supported = False
+            return None
+        fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        fn.restype = ctypes.c_int
+        _MADVISE = fn
+    return _MADVISE if _supported else None
 
 
-_MADVISE = _madvise()
-#: False once the kernel refused MADV_POPULATE_WRITE (EINVAL before 5.14): no more threads
-_supported = _MADVISE is not None and os.environ.get("STREAM_DEDUP_NO_PREFAULT", "") in ("", "0")
+_MADVISE: Callable[[int, int, int], int] | None = None
+#: False where MADV_POPULATE_WRITE cannot be used (not Linux, turned off, or refused by the kernel:
+#: EINVAL before 5.14): then nothing is handed to the thread
+_supported = sys.platform.startswith("linux") and os.environ.get("STREAM_DEDUP_NO_PREFAULT", "") in ("", "0")
 
 
 def populate(array: np.ndarray) -> bool:
     """Fault in the whole pages of ``array``'s buffer now, in this thread; False where the kernel
     cannot (nothing done)."""
     global _supported
-    if not _supported or array.nbytes == 0:
+    madvise = _madvise() if array.nbytes else None
+    if madvise is None:
         return False
     start = array.ctypes.data
     first = -(-start // PAGE) * PAGE  # whole pages inside the buffer only
     end = (start + array.nbytes) // PAGE * PAGE
     for at in range(end, first, -CHUNK):  # back to front: a filler that catches up meets it last
-        assert _MADVISE is not None
         lo = max(first, at - CHUNK)
-        if _MADVISE(lo, at - lo, MADV_POPULATE_WRITE) != 0:
+        if madvise(lo, at - lo, MADV_POPULATE_WRITE) != 0:
+            import ctypes
+
             if ctypes.get_errno() in (22, 38):  # EINVAL, ENOSYS: not this kernel
                 _supported = False
             return False
     return True
-
-
-def _populate_range(array: np.ndarray, start: int, stop: int) -> None:
-    """:func:`populate` on elements ``start:stop`` of a 1-d array."""
-    populate(array[start:stop])
 
 
 class _Worker:
@@ -99,21 +100,20 @@ class _Worker:
         self.jobs: queue.Queue[tuple[np.ndarray, int, int]] = queue.Queue(maxsize=QUEUED)
         self.thread: threading.Thread | None = None
 
-    def submit(self, array: np.ndarray, start: int, stop: int) -> bool:
-        if self.thread is None or not self.thread.is_alive():  # (a forked child has no thread)
+    def submit(self, array: np.ndarray, start: int, stop: int) -> None:
+        if self.thread is None or not self.thread.is_alive():
             self.thread = threading.Thread(target=self._run, name="stream-dedup-prefault", daemon=True)
             self.thread.start()
         try:
             self.jobs.put_nowait((array, start, stop))
-            return True
         except queue.Full:
-            return False
+            pass
 
     def _run(self) -> None:
         while True:
             array, start, stop = self.jobs.get()
             try:
-                _populate_range(array, start, stop)
+                populate(array[start:stop])
             finally:
                 del array
                 self.jobs.task_done()
