@@ -4,9 +4,9 @@ A growing in-memory list (:mod:`stream_dedup.list_table`, :mod:`stream_dedup.sim
 allocates its next, larger arrays and fills them front to back a chunk per add. The first write to
 each page is a page fault: the kernel finds and zeroes a page, and in a virtual machine whose
 memory the host backs on demand the host faults it in as well. Measured on the 2-core VM this
-project is developed on: 2.3 ms per MB on memory the process has not used before, every time
-(pages the guest frees go back to the host within seconds), against 0.17 ms per MB when the same
-pages are written again; on the LSH band table's growths that was about a sixth of the time it
+project is developed on (``bench/fresh_memory.py``): 2.2-2.3 ms per MB on memory the process has
+not used before, every time (pages the guest frees go back to the host within seconds), against
+0.13 ms per MB when the same pages are written again; on the LSH band table's growths that was about a sixth of the time it
 spent filing a million articles (README, *Where the p99 went as the index grew*).
 
 :class:`NextArrays` holds such next arrays while they are filled; its :class:`Ahead` hands the
