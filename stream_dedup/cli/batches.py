@@ -1,5 +1,7 @@
 """The batches of ``dedup``: records decided a batch at once, in input order, their fingerprints
-computed ahead in child processes when there is a :class:`~stream_dedup.fingerprint_pool.FingerprintPool`.
+computed ahead in child processes when there is a :class:`~stream_dedup.fingerprint_pool.FingerprintPool`;
+a pipe's lines with whether more are ready (:func:`lines_with_readiness`), so that its batches are
+what has arrived.
 
 :meth:`BatchDecider.send` takes the next batch of lines read and gives back the batches whose
 decisions are ready, oldest first: at once without a pool; with one, the batch is handed to the
@@ -13,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -28,11 +31,56 @@ if TYPE_CHECKING:
 log = logging.getLogger("stream_dedup")
 
 AUTO_POOL_BYTES = 1 << 20  # an input file this large gets a fingerprint process by default (it starts in ~10 ms)
+#: bytes a pipe is read per call, and read at most without waiting before its lines are handed on
+READ_BYTES, READY_BYTES = 1 << 16, 1 << 20
 
 #: a line read: (line number, bytes, the line, its article or None, the error that rejects it or None)
 Line = tuple[int, int, bytes, "Article | None", "Exception | None"]
 #: a batch of lines and the decision (or exception) of each of its articles, in order
 Decided = tuple[list[Line], list[object]]
+
+
+def lines_with_readiness(source: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """The lines of ``source``, each with whether the next complete line is already there.
+
+    A pipe or a terminal is read as it arrives: ``dedup`` decides what has arrived in one batch
+    and waits for more only when nothing is pending, so a record of a slow stream (``tail -f``)
+    is decided as soon as its line is complete, while a fast pipe (``cat big.jsonl |``) is
+    decided in full batches, as a file is (the same decisions either way: a batch decides as
+    one record at a time would). A source without a file descriptor (a test's stdin) is read a
+    line at a time, each line its own batch.
+    """
+    try:
+        fd = source.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        for line in source:
+            yield line, False
+        return
+    yield from _pipe_lines(fd)
+
+
+def _pipe_lines(fd: int) -> Iterator[tuple[bytes, bool]]:
+    tail = b""
+    eof = False
+    while not eof:
+        data = os.read(fd, READ_BYTES)  # waits for the next bytes (a signal interrupts it)
+        if not data:
+            break
+        chunks, size = [data], len(data)
+        while size < READY_BYTES and select.select([fd], [], [], 0)[0]:  # and takes what else is there
+            more = os.read(fd, READ_BYTES)
+            if not more:
+                eof = True
+                break
+            chunks.append(more)
+            size += len(more)
+        lines = (tail + b"".join(chunks)).split(b"\n")
+        tail = lines.pop()
+        last = len(lines) - 1
+        for i, line in enumerate(lines):
+            yield line + b"\n", i < last
+    if tail:
+        yield tail, False
 
 
 def fingerprint_pool(processes: int | None, config: EngineConfig, input_bytes: int | None) -> FingerprintPool | None:

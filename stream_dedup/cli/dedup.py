@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING
 from ..config import EngineConfig, add_arguments, load
 from ..gc_tuning import relax_collector
 from ..record import PROCESSING_ERROR, Article, RecordError, parse_record
-from .batches import AUTO_POOL_BYTES, BatchDecider, Decided, Line, fingerprint_pool
+from .batches import AUTO_POOL_BYTES, BatchDecider, Decided, Line, fingerprint_pool, lines_with_readiness
 from .errors import RunError, UsageError, check_writable
 from .process_end import release_state
 from .progress import Progress, StatsLines
@@ -38,7 +38,7 @@ log = logging.getLogger("stream_dedup")
 
 #: bytes of a rejected line copied into its reject record (all of it with --rejects-full-record)
 REJECT_SAMPLE_BYTES = 512
-BATCH_RECORDS = 256  # records decided at once by `dedup` (Deduplicator.process_batch), input from a file
+BATCH_RECORDS = 256  # records decided at once by `dedup` at most (Deduplicator.process_batch)
 
 
 class Interrupted(Exception):
@@ -229,14 +229,15 @@ def run_dedup(args: argparse.Namespace) -> int:
         lineno = 0
         out_name = "stdout" if args.out == "-" else args.out
         target = out_name  # the file written last, named if writing fails
-        # a batch of records is decided at once (one index write); a pipe or terminal is read one record
-        # at a time, so that each event is written as soon as its record arrives
-        batch_size = BATCH_RECORDS if _is_file(source) else 1
+        # a batch of records is decided at once (one index write); a pipe or terminal is read as it arrives,
+        # and a batch is what has arrived (up to BATCH_RECORDS), so each event is written as soon as its
+        # record's line is complete and nothing is waiting behind it
+        is_file = _is_file(source)
+        lines = ((line, True) for line in source) if is_file else lines_with_readiness(source)
         pending: list[Line] = []  # lines read, not yet sent to be decided
-        # a file's next batch is fingerprinted in a child process meanwhile (a pipe's records are decided as they
-        # arrive, one at a time)
+        # a file's next batch is fingerprinted in a child process meanwhile (a pipe's batch is decided at once)
         decider = BatchDecider(dedup, fingerprint_pool(args.fingerprint_processes, config, total)
-                               if batch_size > 1 else None, ckpt)
+                               if is_file else None, ckpt)
         stack.callback(decider.close)
 
         def send_pending() -> None:
@@ -291,7 +292,7 @@ def run_dedup(args: argparse.Namespace) -> int:
 
         try:
             try:
-                for lineno, raw in enumerate(source, 1):  # noqa: B007 - lineno is the resume point after the loop
+                for lineno, (raw, more) in enumerate(lines, 1):  # noqa: B007 - lineno: the resume point after the loop
                     if lineno <= start_after:
                         summary.skipped += 1
                         progress.update(summary, len(raw))
@@ -307,7 +308,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                             error = err
                     pending.append((lineno, nbytes, raw, article, error))
                     read = summary.lines + len(pending)
-                    if len(pending) < batch_size and not (args.stats_every and read % args.stats_every == 0):
+                    if more and len(pending) < BATCH_RECORDS and not (args.stats_every and read % args.stats_every == 0):
                         continue
                     send_pending()
                     signals.busy = decider.busy

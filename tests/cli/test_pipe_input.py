@@ -1,0 +1,95 @@
+"""``dedup -`` on a pipe: batches are what has arrived, and a record is never held waiting for more."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from stream_dedup.cli.batches import lines_with_readiness
+
+from .conftest import console_script
+
+
+def test_lines_carry_whether_the_next_is_ready() -> None:
+    r, w = os.pipe()
+    try:
+        os.write(w, b'{"a": 1}\n{"b": 2}\n{"c"')
+        lines = lines_with_readiness(os.fdopen(r, "rb", buffering=0))
+        assert next(lines) == (b'{"a": 1}\n', True)
+        assert next(lines) == (b'{"b": 2}\n', False)  # the partial third line is not a line yet
+        got: list[tuple[bytes, bool]] = []
+        reader = threading.Thread(target=lambda: got.append(next(lines)))
+        reader.start()
+        reader.join(0.3)
+        assert reader.is_alive() and not got  # waits for the rest of the line
+        os.write(w, b': 3}\n{"d": 4}')
+        os.close(w)
+        w = -1
+        reader.join(10)
+        assert got == [(b'{"c": 3}\n', False)]
+        assert list(lines) == [(b'{"d": 4}', False)]  # the last line without its newline, at the end
+    finally:
+        if w >= 0:
+            os.close(w)
+
+
+def test_large_input_comes_in_bounded_rounds() -> None:
+    r, w = os.pipe()
+    line = b"x" * 1000 + b"\n"
+    total = 3000
+
+    def write() -> None:
+        with os.fdopen(w, "wb") as fh:
+            for _ in range(total):
+                fh.write(line)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    seen = [flag for chunk, flag in lines_with_readiness(os.fdopen(r, "rb", buffering=0)) if chunk == line]
+    writer.join(10)
+    assert len(seen) == total
+    assert seen.count(False) >= 2  # at least one round boundary inside 3 MB, and the end
+
+
+def test_a_source_without_descriptor_is_read_line_by_line() -> None:
+    src = io.BytesIO(b"a\nb\n")  # as a test's stdin: fileno() raises
+    assert list(lines_with_readiness(src)) == [(b"a\n", False), (b"b\n", False)]
+
+
+def _read_line(fh, timeout: float) -> bytes:
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no event within {timeout} s (got {buf!r})"
+        if select.select([fh], [], [], left)[0]:
+            chunk = os.read(fh.fileno(), 1)
+            assert chunk, "the command ended"
+            buf += chunk
+    return buf
+
+
+def test_each_record_of_a_slow_stream_is_decided_when_it_arrives(tmp_path: Path) -> None:
+    """A record written to the pipe gets its event while the pipe stays open (not held for a batch)."""
+    proc = subprocess.Popen(console_script() + ["dedup", "-", "--out", "-", "-q"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        text = "the quick brown fox jumps over the lazy dog near the river bank today " * 3
+        for i, rid in enumerate(["first", "second", "third"]):
+            proc.stdin.write(json.dumps({"id": rid, "text": text}).encode() + b"\n")
+            proc.stdin.flush()
+            event = json.loads(_read_line(proc.stdout, 60))
+            assert event["id"] == rid
+            assert event["type"] == ("new" if i == 0 else "duplicate-of")
+        proc.stdin.close()
+        assert proc.wait(60) == 0, proc.stderr.read().decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
