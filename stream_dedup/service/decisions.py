@@ -8,7 +8,7 @@ worker's time.  One loop iteration is one Kafka transaction::
     begin_transaction
       per record: decide on the RocksDB index, produce its event or dead letter; go on
       consuming until transaction_size records or transaction_ms have passed
-    produce the progress record {"next_offset": last + 1} (opened by a {"begin": first})
+    send_offsets_to_transaction(last + 1, fresh group metadata)
     commit_transaction
 
 This module is the loop: group membership, reconciliation and catch-up, the transactions with
@@ -21,9 +21,7 @@ one place that says why the whole is exactly-once.
 owned by one member of the group ``<app_id>.decisions``.  Its producer has the stable
 ``transactional.id`` ``<app_id>.decisions.<signatures topic>-0``, so a new owner's
 ``init_transactions`` fences a stalled old one, whose commits then fail.  Events, dead letters
-and the signature offset after the transaction's last record (a record on the progress topic,
-:mod:`.progress`, rather than the group's offsets: two fewer round trips per commit) are
-committed together or not at all.
+and the signature offsets are committed together or not at all.
 
 **The index may run ahead of Kafka, never out of step.**  Each article is written to RocksDB when
 it is decided (one atomic WriteBatch with the signature offset and a *receipt*: a token naming the
@@ -58,12 +56,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
 
-from . import catchup, kafka_config, progress
+from . import catchup, kafka_config
 from .broker_probe import BrokerProbe
 from .deciding import Decider, FatalError, open_index, warm_up
 from .receipts import ReceiptSweep
@@ -122,7 +120,6 @@ class DecisionStage:
         self._last_gauges = 0.0
         self.consumer = Consumer(kafka_config.decisions_consumer_config(service, self.client_conf,
                                                                         error_cb=self._on_error))
-        self.position = progress.Position(self.client_conf, self.consumer, self.topic)
 
     # ------------------------------------------------------------------ public
     def stop(self) -> None:
@@ -218,20 +215,25 @@ class DecisionStage:
                 pass
             self.producer = None
 
+    def _committed_offset(self) -> int | None:
+        [tp] = self.consumer.committed([TopicPartition(self.topic, 0)], timeout=30)
+        if tp.error:
+            raise KafkaException(tp.error)
+        return None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
+
     def _reconcile(self) -> None:
         """Start the producer, catch the index up to the committed offset, assign from there.
 
         The producer comes first: its ``init_transactions`` fences the previous owner's producer
-        and aborts the transaction it left open. Until then that transaction's progress record (or,
-        from a version before the progress topic, the offsets it sent to the group) is pending,
-        and a ``read_committed`` read of it waits for it to settle: for up to
-        ``transaction.timeout.ms`` (60 s) when the previous owner died mid-transaction (measured
-        in the owner-kill chaos test: the group's offset fetch timed out after 30 s).
+        and aborts the transaction it left open. Until then the offsets that transaction sent are
+        pending, and a ``read_committed`` consumer's committed-offset fetch waits for them to
+        settle: for up to ``transaction.timeout.ms`` (60 s) when the previous owner died
+        mid-transaction (measured in the owner-kill chaos test: the fetch timed out after 30 s).
         """
         if self.producer is None:
             self.producer = self._new_producer()
         try:
-            committed = self.position.read()
+            committed = self._committed_offset()
         except KafkaException as exc:
             self._broker_trouble(str(exc))
             time.sleep(0.5)
@@ -239,8 +241,7 @@ class DecisionStage:
             return
         last_applied = self.decider.last_applied
         expected = 0 if last_applied is None else last_applied + 1
-        log.info("decision stage: index at signature offset %s, committed position %s (%s)", last_applied,
-                 committed, self.position.source)
+        log.info("decision stage: index at signature offset %s, group committed %s", last_applied, committed)
         if committed is not None and committed > expected:
             self.state = "catching up"
             catchup.replay(self.client_conf, self.topic, 0, expected, committed, self.decider.apply_records,
@@ -293,8 +294,6 @@ class DecisionStage:
         except KafkaException as exc:
             raise FatalError(f"begin_transaction: {exc.args[0]}") from exc
         txn = self._txn = _Transaction()
-        if self.committed is not None:  # registers the progress partition while records are decided
-            self._produce(*self.position.begin_record(self.committed))
         deadline = time.monotonic() + self.service.transaction_ms / 1000.0
         size = int(self.service.transaction_size)
         try:
@@ -323,7 +322,8 @@ class DecisionStage:
         assert txn is not None and producer is not None and txn.next_offset is not None
         self.commit_started = time.monotonic()
         try:
-            self._produce(*self.position.end_record(txn.next_offset))
+            self._retry(lambda: producer.send_offsets_to_transaction(
+                [TopicPartition(self.topic, 0, txn.next_offset)], self.consumer.consumer_group_metadata(), 60))
             self._retry(lambda: producer.commit_transaction(60))
         finally:
             took = time.monotonic() - self.commit_started
@@ -356,9 +356,8 @@ class DecisionStage:
         producer = self.producer
         assert producer is not None
         self._retry(lambda: producer.abort_transaction(60))
-        start = self.committed  # this producer's last commit: nobody else can commit while it is not fenced
-        if start is None:
-            start = self.position.read() or 0
+        start = self._committed_offset()
+        start = 0 if start is None else start
         self.consumer.assign([TopicPartition(self.topic, 0, start)])
         self.committed = start
 
@@ -385,8 +384,6 @@ class DecisionStage:
                 log.info("evicted %d articles older than the retention window", n)
         if now - self._last_gauges >= GAUGE_INTERVAL:
             self._last_gauges = now
-            if self.owned and self.committed is not None:
-                self.position.share_with_group(self.committed)
             try:
                 self.metrics.index_articles.set(len(self.dedup))
                 self.metrics.index_size_bytes.set(self.dedup.disk_bytes())

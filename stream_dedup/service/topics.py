@@ -11,8 +11,6 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from stream_dedup.config import EngineConfig, ServiceConfig
 
-from . import progress
-
 log = logging.getLogger(__name__)
 
 DAY_MS = 86_400_000
@@ -44,11 +42,10 @@ def _partitions(metadata: Any, name: str) -> int | None:
 
 def ensure_topics(client_conf: dict[str, Any], service: ServiceConfig, engine: EngineConfig,
                   timeout: float = 60.0) -> dict[str, int]:
-    """Create the missing output, DLQ, signatures and progress topics; return ``{topic: partitions}``.
+    """Create the missing output, DLQ and signatures topics; return ``{topic: partitions}``.
 
     Output/DLQ topics get as many partitions as the input topic (1 if it does not exist yet);
-    the signatures topic and the decision stage's progress topic (:mod:`.progress`, compacted)
-    get exactly one partition, and an existing one with more is refused
+    the signatures topic gets exactly one partition, and an existing one with more is refused
     (the decision stage must see every signature in one order).  Replication factor: the
     broker's default.
     """
@@ -70,7 +67,6 @@ def ensure_topics(client_conf: dict[str, Any], service: ServiceConfig, engine: E
         service.dlq_topic: (in_parts, {}),
         service.signatures_topic: (1, {"retention.ms": str(signatures_retention_ms(engine)),
                                        "cleanup.policy": "delete"}),
-        progress.progress_topic(service.signatures_topic): (1, dict(progress.TOPIC_CONFIG)),
     }
     _create(admin, {name: spec for name, spec in wanted.items() if _partitions(metadata, name) is None},
             timeout)

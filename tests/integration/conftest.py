@@ -73,12 +73,8 @@ class WorkerTopics:
     def signatures(self) -> str:
         return f"{self.prefix}.articles.signatures"
 
-    @property
-    def progress(self) -> str:
-        return f"{self.signatures}.progress"
-
     def all(self) -> list[str]:
-        return [self.input, self.new, self.duplicates, self.dlq, self.signatures, self.progress]
+        return [self.input, self.new, self.duplicates, self.dlq, self.signatures]
 
     def flags(self) -> dict[str, str]:
         return {"app-id": self.app_id, "input-topic": self.input, "new-topic": self.new,

@@ -275,14 +275,13 @@ def test_flood_of_bad_records_all_reach_the_dlq(kio, kafka_topics, worker_topics
 _DEAD_OWNER = r"""
 import os, sys
 from confluent_kafka import Consumer, Producer, TopicPartition
-bootstrap, group, txn_id, signatures, out, progress_topic, progress_key = sys.argv[1:8]
+bootstrap, group, txn_id, signatures, out = sys.argv[1:6]
 c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
 p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "transaction.timeout.ms": 60000})
 p.init_transactions(30)
 p.begin_transaction()
 p.produce(out, b'{"never": "committed"}')
-p.produce(progress_topic, b'{"next_offset":1}', progress_key.encode())  # this version's position
-p.send_offsets_to_transaction([TopicPartition(signatures, 0, 1)], c.consumer_group_metadata(), 30)  # older ones'
+p.send_offsets_to_transaction([TopicPartition(signatures, 0, 1)], c.consumer_group_metadata(), 30)
 p.flush(10)
 print("offsets pending", flush=True)
 os._exit(0)  # dies mid-transaction: no commit, no abort
@@ -290,22 +289,19 @@ os._exit(0)  # dies mid-transaction: no commit, no abort
 
 
 def test_takeover_after_an_owner_died_mid_transaction_is_prompt(kio, kafka_topics, worker_topics, start_worker):
-    """An owner that dies mid-transaction leaves its progress record (and, in versions before the
-    progress topic, its group offsets) pending: a read_committed read of either waits until the
-    transaction ends. The next owner's producer must fence it (aborting it) before that read, or
-    the takeover waits out transaction.timeout.ms (60 s); and the aborted position must not count."""
+    """An owner that dies after sending its transaction's offsets leaves them pending: a read_committed
+    fetch of the committed offset waits until the transaction ends. The next owner's producer must
+    fence it (aborting it) before that fetch, or the takeover waits out transaction.timeout.ms (60 s)."""
     from stream_dedup.config import ServiceConfig
-    from stream_dedup.service import kafka_config, progress
+    from stream_dedup.service import kafka_config
 
     t = worker_topics
     kafka_topics([t.input], partitions=PARTITIONS)
     kafka_topics([t.signatures, t.new])
-    kafka_topics([progress.progress_topic(t.signatures)], config=progress.TOPIC_CONFIG)
     service = ServiceConfig(bootstrap_servers=kio.bootstrap, app_id=t.app_id, input_topic=t.input,
                             signatures_topic=t.signatures)
     dead = subprocess.run([sys.executable, "-c", _DEAD_OWNER, kio.bootstrap, kafka_config.decisions_group(service),
-                           kafka_config.transactional_id(service), t.signatures, t.new,
-                           progress.progress_topic(t.signatures), progress.progress_key(t.signatures).decode()],
+                           kafka_config.transactional_id(service), t.signatures, t.new],
                           capture_output=True, text=True, timeout=60)
     assert "offsets pending" in dead.stdout, dead.stderr[-2000:]
     started = time.monotonic()
