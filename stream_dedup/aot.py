@@ -96,7 +96,8 @@ def collect() -> dict[str, list]:
         module = importlib.import_module(module_name)
         for name, obj in vars(module).items():
             if not isinstance(obj, CPUDispatcher) or obj.py_func.__module__ != module_name \
-                    or obj.targetoptions.get("inline") == "always":
+                    or obj.py_func.__name__ != name or obj.targetoptions.get("inline") == "always":
+                # (not a kernel, nor another name for one: a module's trusted() alias of its own kernel)
                 continue
             sigs = []
             for args, result in obj.overloads.items():

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import kernel
+from .jit import kernel, trusted
 from .list_table import EMPTY, MemberLists
 
 __all__ = ["BandTable", "band_keys"]
@@ -66,10 +66,13 @@ class BandTable(MemberLists):
         one = rows.ndim == 1
         be = rows.astype(">u2", copy=False)
         raw = np.ascontiguousarray(be.view(np.uint16).reshape(1 if one else rows.shape[0], -1))
-        out = band_keys(raw, self.bands, self.rows)
+        out = _band_keys(raw, self.bands, self.rows)
         return out[0] if one else out
 
     def add(self, keys: np.ndarray, seqs: np.ndarray) -> None:
         """File ``seqs[i]`` (uint32[n]) under each of ``keys[i]`` (uint64[n, bands]), in order."""
         if keys.shape[0]:
             self.add_entries(keys.ravel(), np.repeat(seqs, keys.shape[1]))
+
+
+_band_keys = trusted(band_keys)  # raw: made C-ordered uint16 above (jit.trusted)

@@ -26,6 +26,7 @@ from .folding import fold
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
 from .headline import flag_words, strip_flag
 from .identity import identity_pairs_reference, identity_sketch
+from .jit import trusted
 from .minhash import MinHasher, signature_numpy
 from .passages import MAX_ANCHORS, NO_ANCHORS, winnow, winnow_reference
 from .record import Article
@@ -42,6 +43,9 @@ _HEADER = struct.Struct(">BHQI16s")  # version, num_perm, simhash, n_shingles, e
 _COUNT = struct.Struct(">H")          # identity sketch length (after the signature), then uint32 BE each
 _M32 = np.uint64(0xFFFFFFFF)
 _NO_IDENTITY = np.zeros(0, dtype=np.uint32)
+# the hot kernel calls (jit.trusted): bytes as uint8, the token hashes a kernel's uint64 output (or
+# TokenHasher's uint64 array), the MinHash parameters MinHasher's own
+_token_hashes_utf8, _sketch, _winnow = trusted(kernels.token_hashes_utf8), trusted(kernels.sketch), trusted(winnow)
 
 
 def html_to_text(html: str) -> str:
@@ -137,8 +141,7 @@ class Fingerprinter:
             text = html_to_text(text)
         raw = ascii_equivalent(text)
         if raw is not None:  # folding is lower() on ASCII: skip it
-            return kernels.token_hashes_utf8(np.frombuffer(raw, dtype=np.uint8), kernels.WORD_BYTES,
-                                             self.config.seed)
+            return _token_hashes_utf8(np.frombuffer(raw, dtype=np.uint8), kernels.WORD_BYTES, self.config.seed)
         norm = fold(text, bool(self.config.fold_diacritics))
         if norm.isascii():
             buf = norm.encode("ascii")
@@ -147,8 +150,7 @@ class Fingerprinter:
             if has_no_boundary_script(norm):  # per-character tokens: the Python path
                 return self.tokens.hashes(tokenize(norm))
             buf = norm.encode("utf-8", "surrogatepass")
-        return kernels.token_hashes_utf8(np.frombuffer(buf, dtype=np.uint8), kernels.WORD_BYTES,
-                                         self.config.seed)
+        return _token_hashes_utf8(np.frombuffer(buf, dtype=np.uint8), kernels.WORD_BYTES, self.config.seed)
 
     def fingerprint_text(self, text: str, is_html: bool = False) -> Fingerprint:
         if is_html:
@@ -156,7 +158,7 @@ class Fingerprinter:
         text = self.unflagged(text)
         th = self.token_hashes(text)
         m = self.minhasher
-        n, mins, sim = kernels.sketch(th, self.shingle_size, m._a_lo, m._a_hi, m.b)
+        n, mins, sim = _sketch(th, self.shingle_size, m._a_lo, m._a_hi, m.b)
         return Fingerprint(minhash=mins.astype(np.uint32), simhash=int(sim),  # astype keeps the low 32 bits
                            exact=exact_hash(th, self.config.seed), n_shingles=int(n),
                            identity=self._identity(text), anchors=self._anchors(th), words=self._words(th))
@@ -171,7 +173,7 @@ class Fingerprinter:
     def _anchors(self, token_hashes: np.ndarray) -> np.ndarray:
         """Passage anchors (:mod:`stream_dedup.passages`), none when ``passage_window`` is 0."""
         if self.config.passage_window > 0:
-            return winnow(token_hashes, self.shingle_size, self.config.passage_window)[:MAX_ANCHORS]
+            return _winnow(token_hashes, self.shingle_size, self.config.passage_window)[:MAX_ANCHORS]
         return NO_ANCHORS
 
     @property

@@ -46,7 +46,7 @@ import numpy as np
 
 from .folding import fold
 from .hashing import token_hash
-from .jit import kernel
+from .jit import kernel, trusted
 from .kernels import _fmix, _murmur3_64_padded, ascii_fold
 from .text import COMMON_NON_WORD, ascii_equivalent
 
@@ -241,18 +241,18 @@ def identity_sketch(text: str, diacritics: bool = True) -> np.ndarray:
     if not text.isascii():
         buf = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
         table, replacements = _punctuation_folding()
-        if ascii_fold(buf, table)[0]:
+        if _ascii_fold(buf, table)[0]:
             changed = False
             for ch, folded in replacements:
                 if ch in text:
                     text, changed = text.replace(ch, folded), True
             if changed:
                 buf = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-            return identity_sketch_ascii(buf, WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
+            return _identity_sketch_ascii(buf, WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
         text = fold(text, diacritics, case=False)
     if text.isascii() or ascii_equivalent(text) is not None:
-        return identity_sketch_ascii(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
-                                     WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
+        return _identity_sketch_ascii(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
+                                      WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
     return identity_pairs_reference(text)
 
 
@@ -301,11 +301,17 @@ def agreement(a: np.ndarray, b: np.ndarray, min_contexts: int = 1) -> float | No
     that share over all identity tokens (with at least ``min_contexts`` common contexts) and over
     numbers alone (with at least ``MIN_NUMBER_CONTEXTS``: a template may keep its names and change
     only its figures); None when neither has enough."""
-    cn, sn = _kind_counts(a, b, 0x8000, IDENTITY_K)
-    cw, sw = _kind_counts(a, b, 0, IDENTITY_K)
+    cn, sn = _kind_counts_of(a, b, 0x8000, IDENTITY_K)
+    cw, sw = _kind_counts_of(a, b, 0, IDENTITY_K)
     shares = []
     if cn + cw >= min_contexts:
         shares.append((sn + sw) / (cn + cw))
     if cn >= MIN_NUMBER_CONTEXTS:
         shares.append(sn / cn)
     return min(shares) if shares else None
+
+
+# the hot calls (jit.trusted): buffers of np.frombuffer(bytes, uint8); sketches uint32, the
+# engine's own (a Fingerprint's, or a stored record's read back as native uint32)
+_ascii_fold, _identity_sketch_ascii = trusted(ascii_fold), trusted(identity_sketch_ascii)
+_kind_counts_of = trusted(_kind_counts)

@@ -75,6 +75,7 @@ from .index_record import (
     _unpack_record,
     stored_signature,
 )
+from .jit import trusted
 from .kernels import equal_counts
 from .list_table import MemberLists
 from .passages import DELETE_PREFIX, NO_ANCHORS, PASSAGES, anchors_of
@@ -303,7 +304,7 @@ class Index:
         raw = values
         # compare the stored big-endian rows as native words with the query in the same byte order
         sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint16)
-        agree = equal_counts(sigs, stored_signature(minhash).view(np.uint16))
+        agree = _equal_counts(sigs, stored_signature(minhash).view(np.uint16))
         unpack = _RECORD.unpack_from
         return seqs, agree, [unpack(v) for v in raw], raw
 
@@ -522,3 +523,6 @@ def _families_of(path: Path) -> list[str]:
     if not (path / "CURRENT").exists():
         return []
     return Rdict.list_cf(str(path), Options(raw_mode=True))
+
+
+_equal_counts = trusted(equal_counts)  # both uint16[...] made in Index.compare (jit.trusted)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import inline, kernel
+from .jit import inline, kernel, trusted
 from .prefault import Ahead, NextArrays
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key is it: see stream_dedup.band_table.band_keys)
@@ -286,13 +286,13 @@ class MemberLists:
         where each list's members end."""
         if ends is None:
             ends = np.empty(keys.shape[0], dtype=np.int64)
-        return table_members(*self._args, keys, ends)
+        return _table_members(*self._args, keys, ends)
 
     def add_entries(self, keys: np.ndarray, seqs: np.ndarray) -> None:
         """File ``seqs[i]`` (uint32[m]) under ``keys[i]`` (uint64[m]), in order."""
         if keys.shape[0]:
             self.reserve(keys.shape[0])
-            table_add(*self._args, keys, seqs, self.cap)
+            _table_add(*self._args, keys, seqs, self.cap)
 
     def file(self, pairs: list[tuple[np.ndarray, int]]) -> None:
         """File each ``(keys, seq)`` in order: ``seq`` under every key of ``keys`` (uint64)."""
@@ -396,3 +396,7 @@ class MemberLists:
                                                     self.meta, steps):
             self.old_keys, self.old_head = _NO_KEYS, _NO_HEADS
             self.meta[5] = 0
+
+
+# the hot calls: the table's own arrays, keys uint64[m] and seqs uint32[m] made by the engine (jit.trusted)
+_table_members, _table_add = trusted(table_members), trusted(table_add)

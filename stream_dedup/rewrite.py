@@ -29,6 +29,7 @@ import numpy as np
 
 from . import kernels
 from .hashing import sorted_unique
+from .jit import trusted
 
 MIN_SHARE = 0.7    # of the smaller identity sketch, shared
 MIN_LENGTH = 0.9   # shingle count of the shorter text / of the longer one
@@ -69,7 +70,7 @@ def word_bitmap(token_hashes: np.ndarray, stop: np.ndarray) -> bytes:
     """The content-word bitmap (``WORD_BITS`` / 8 bytes) of a text's token hashes (compiled)."""
     if not token_hashes.shape[0]:
         return NO_WORDS
-    return kernels.word_bitmap(token_hashes, stop, WORD_SHIFT).tobytes()
+    return _word_bitmap(token_hashes, stop, WORD_SHIFT).tobytes()
 
 
 def word_bitmap_reference(token_hashes: np.ndarray, stop: np.ndarray) -> bytes:
@@ -138,3 +139,6 @@ def passes(j: float, a: np.ndarray, b: np.ndarray | Callable[[], np.ndarray], n:
         return wj >= min_words
     shared, share, _ = evidence(a, b() if callable(b) else b, n, stored_n)
     return shared >= min_pairs and share >= MIN_SHARE
+
+
+_word_bitmap = trusted(kernels.word_bitmap)  # token hashes uint64 (a kernel's), stop: stop_table's uint64 (jit.trusted)

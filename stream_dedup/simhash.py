@@ -24,6 +24,7 @@ from math import comb
 
 import numpy as np
 
+from .jit import trusted
 from .kernels import permute_blocks, permute_rows, simhash64
 
 _SHIFTS = np.arange(64, dtype=np.uint64)
@@ -96,14 +97,18 @@ class PermutedTables:
 
     def permute_array(self, fp: int) -> np.ndarray:
         """:meth:`permute_all` as uint64[T] (the hot path)."""
-        return permute_blocks(np.uint64(fp), self._src, self._mask, self._dst)
+        return _permute_blocks(np.uint64(fp), self._src, self._mask, self._dst)
 
     def permute_many(self, fps: np.ndarray) -> np.ndarray:
         """uint64[n, T]: :meth:`permute_array` of each of ``fps`` (uint64[n])."""
-        return permute_rows(fps, self._src, self._mask, self._dst)
+        return _permute_rows(fps, self._src, self._mask, self._dst)
 
     def unpermute(self, permuted: int, table: int) -> int:
         out = 0
         for src, mask, dst in self._plans[table]:
             out |= ((permuted >> dst) & mask) << src
         return out
+
+
+# the tables' own arrays; fps uint64[n] from the engine (jit.trusted)
+_permute_blocks, _permute_rows = trusted(permute_blocks), trusted(permute_rows)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import inline, kernel
+from .jit import inline, kernel, trusted
 from .list_table import grown_size
 from .prefault import NextArrays
 
@@ -218,13 +218,13 @@ class SimhashTable:
         """File articles ``seqs`` (uint32[n]) with their SimHash permuted for each table (uint64[n, T]), in order."""
         if permuted.size:
             self.reserve(permuted.size)
-            simhash_add(self.fps, self.tags, self.seqs, self.meta, np.ascontiguousarray(permuted, dtype=np.uint64),
+            _simhash_add(self.fps, self.tags, self.seqs, self.meta, np.ascontiguousarray(permuted, dtype=np.uint64),
                         self.masks, seqs)
 
     def probe(self, queries: np.ndarray, max_distance: int) -> np.ndarray:
         """uint32 seqs within ``max_distance`` bits of the query (permuted for each table, uint64[T]),
         found by the tables' key bits; an article may be listed more than once."""
-        return simhash_probe(self.fps, self.tags, self.seqs, self.old_fps, self.old_tags, self.old_seqs,
+        return _simhash_probe(self.fps, self.tags, self.seqs, self.old_fps, self.old_tags, self.old_seqs,
                              queries, self.masks, max_distance)
 
     def remove(self, permuted: np.ndarray, seq: int) -> None:
@@ -283,3 +283,7 @@ class SimhashTable:
             live = np.flatnonzero((tags != FREE) & (tags != REMOVED))
             out |= set(zip((tags[live] - 1).tolist(), fps[live].tolist(), seqs[live].tolist(), strict=True))
         return out
+
+
+# the hot calls: the table's own arrays, the queries a kernel's uint64 output (jit.trusted)
+_simhash_add, _simhash_probe = trusted(simhash_add), trusted(simhash_probe)

@@ -28,6 +28,7 @@ from functools import cache
 
 import numpy as np
 
+from .jit import trusted
 from .kernels import ascii_fold
 
 _WORD = re.compile(r"\w+")
@@ -143,5 +144,8 @@ def ascii_equivalent(text: str) -> bytes | None:
     """
     if text.isascii():
         return text.encode("ascii").lower()
-    ok, out = ascii_fold(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8), COMMON_NON_WORD_TABLE)
+    ok, out = _ascii_fold(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8), COMMON_NON_WORD_TABLE)
     return out.tobytes() if ok else None
+
+
+_ascii_fold = trusted(ascii_fold)  # bytes as uint8, the table's own bool array (jit.trusted)

@@ -29,6 +29,11 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Every test, and every process a test starts, checks the engine's trusted kernel calls strictly: a
+# call site that passes arrays its export does not take fails the test (stream_dedup.jit.trusted)
+# instead of misreading memory in production. Set before anything imports stream_dedup.
+os.environ["STREAM_DEDUP_CHECK_KERNELS"] = "1"
+
 # ----------------------------------------------------------------------------------- Kafka
 
 KAFKA_SCRIPT = REPO_ROOT / "scripts" / "kafka.sh"

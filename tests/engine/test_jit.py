@@ -97,3 +97,42 @@ def test_the_dedup_command_starts_without_numba(tmp_path: Path) -> None:
     code = ("import sys; from stream_dedup.cli import main; rc = main(['dedup', sys.argv[1], '--state', sys.argv[2],"
             " '--out', sys.argv[3], '-q']); print(rc, 'numba' in sys.modules)")
     assert _run(code, str(src), str(tmp_path / "s"), str(tmp_path / "out.jsonl")) == ["0", "False"]
+
+
+_TRUSTED = r"""
+import sys
+import numpy as np
+from stream_dedup import jit, kernels
+from stream_dedup.list_table import _table_members, table_members
+raw = jit.trusted(kernels.equal_counts)
+entry = kernels.equal_counts._aot_entries[0][1]
+a = np.arange(8, dtype=np.uint16)
+print(jit.using_aot(), raw is entry, _table_members is table_members._aot_entries[0][1], int(raw(a, a)[0]))
+"""
+
+
+def test_trusted_calls_skip_the_checks_in_production() -> None:
+    """Without STREAM_DEDUP_CHECK_KERNELS, a trusted call site holds the AOT entry point itself."""
+    env_value = os.environ.pop(jit.CHECK_ENV, None)
+    try:
+        assert _run(_TRUSTED) == ["True", "True", "True", "8"]
+    finally:
+        if env_value is not None:
+            os.environ[jit.CHECK_ENV] = env_value
+
+
+def test_trusted_calls_are_checked_strictly_in_the_tests() -> None:
+    """The suite runs with STREAM_DEDUP_CHECK_KERNELS=1 (tests/conftest.py), so every trusted call
+    site the engine exercises in any test is checked against its export, and a mismatch fails."""
+    if not jit.using_aot():
+        pytest.fail("AOT kernels not in use in this process: run `make install`")
+    assert os.environ.get(jit.CHECK_ENV) == "1" and jit._strict
+    strict = jit.trusted(kernels.equal_counts)
+    rows = np.arange(16, dtype=np.uint16)
+    assert strict(rows, rows[:8].copy()).tolist() == [8, 0]
+    with pytest.raises(TypeError, match="equal_counts called with \\(uint64\\[1d\\], uint16\\[1d\\]\\)"):
+        strict(rows.astype(np.uint64), rows[:8].copy())
+    with pytest.raises(TypeError, match="not C"):
+        strict(np.repeat(rows, 2)[::2], rows[:8].copy())
+    numba_dispatcher = object()
+    assert jit.trusted(numba_dispatcher) is numba_dispatcher  # (JIT mode: returned as it is)
