@@ -136,3 +136,22 @@ def test_trusted_calls_are_checked_strictly_in_the_tests() -> None:
         strict(np.repeat(rows, 2)[::2], rows[:8].copy())
     numba_dispatcher = object()
     assert jit.trusted(numba_dispatcher) is numba_dispatcher  # (JIT mode: returned as it is)
+
+
+_UNPICKLES = r"""
+import pickle
+import numpy as np
+from stream_dedup import jit, kernels
+loads, calls = pickle.loads, []
+pickle.loads = lambda data, /: calls.append(data) or loads(data)
+a = np.arange(8, dtype=np.uint16)
+counts = [int(kernels.equal_counts(a, a)[0]) for _ in range(100)]
+print(jit.using_aot(), len(calls), counts == [8] * 100, list(jit._classes.values()) == [np.ndarray])
+"""
+
+
+def test_the_aot_module_takes_the_array_class_from_the_class_cache() -> None:
+    """jit._ClassCache: the AOT module's numba_unpickle kept the cache's lookup at import: the
+    cache holds the np.ndarray class that boxing the returned arrays asked for (without the swap
+    it stays empty), and no call went to pickle.loads as it is after the import."""
+    assert _run(_UNPICKLES) == ["True", "0", "True", "True"]
