@@ -169,12 +169,21 @@ class Worker:
         self.log.close()
 
 
+ROUND_DIGITS = 3  # rounds 1-999 suffix the same number of characters (as bench/scale.py's)
+
+
 def round_variant(line: bytes, r: int) -> bytes:
-    """Round ``r`` of a record: every word of its text/html/title suffixed, the id too (r = 0: unchanged)."""
+    """Round ``r`` of a record: every word of its text/html/title suffixed with ``r`` and ``r`` in
+    three digits, the id too (r = 0: unchanged). Every round's records are as long as every
+    other's: a suffix that grew with ``r`` (``r1`` ... ``r81`` in a 600,000-record run) made later
+    rounds' records longer, so more work per article, in a run whose point is that only the
+    index grows."""
     if r == 0:
         return line
+    if not 0 < r < 10 ** ROUND_DIGITS:
+        raise ValueError(f"round {r}: only 1-{10 ** ROUND_DIGITS - 1} have a suffix of {ROUND_DIGITS} digits")
     obj = json.loads(line)
-    suffix = f"r{r}"
+    suffix = f"r{r:0{ROUND_DIGITS}d}"
 
     def words(text: str) -> str:
         return re.sub(r"(\w+)", lambda m: m.group(1) + suffix, text)
