@@ -139,6 +139,8 @@ def lookup(lists: PostingLists, anchors: np.ndarray, common_docs: int, min_share
         return PassageLookup(anchors, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32), {}, 0)
     ends = np.empty(anchors.shape[0], dtype=np.int64)
     members = lists.lookup(anchors, ends)
+    if not members.shape[0]:  # every list empty (most new articles): ends are the sizes, all 0
+        return PassageLookup(anchors, ends, members, {}, anchors.shape[0] if common_docs > 0 else 0)
     counts = list_sizes(ends)
     usable_lists = counts < common_docs
     usable = int(usable_lists.sum())
