@@ -232,7 +232,8 @@ class ServiceConfig:
     duplicates_topic: str = _opt("articles.duplicates", "Topic that receives 'duplicate-of' events.")
     dlq_topic: str = _opt("articles.dlq", "Dead-letter topic for records that cannot be processed.")
     signatures_topic: str = _opt(
-        "articles.signatures", "Internal single-partition topic feeding the ordered decision stage.")
+        "articles.signatures", "Internal single-partition topic feeding the ordered decision stage (and its "
+        ".progress topic: stage 1's progress records, read across workers).")
     data_dir: str = _opt("./data", "Directory for the worker's RocksDB state (the index) and its instance id.")
     metrics_port: int = _opt(9108, "Port of the HTTP server for /metrics, /healthz and /readyz.")
     metrics_host: str = _opt("0.0.0.0", "Address the metrics/health HTTP server binds to.")
@@ -261,6 +262,11 @@ class ServiceConfig:
         0.3, "Worker: longest stage 1 holds a record to merge its input partitions in timestamp order while "
         "another partition has records still to come, or, for a record older than this (a backlog), while "
         "another partition has none (0 = no reordering).")
+    order_wait_workers: float = _opt(
+        5.0, "Worker: longest stage 1 holds a record while another worker's input partition is behind it "
+        "(a restarted worker's backlog) or its owner has fallen silent (killed, cut off), so that records "
+        "of different workers are decided in timestamp order too; only where a worker owns some but not "
+        "all input partitions (0 = off; with --stage1-client confluent).")
     transaction_size: int = _opt(
         1000, "Worker: most signature records the decision stage decides in one Kafka transaction (fewer "
         "when fewer arrive: a transaction never stays open longer than --transaction-ms).")

@@ -4,7 +4,8 @@ One loop in its own process (:mod:`.stage_process`), with no event loop and no p
 future::
 
     consume what has arrived (or wait for the first record to arrive)
-    merge the owned partitions by timestamp (:class:`.ordering.OrderBuffer`)
+    merge the owned partitions by timestamp (:class:`.ordering.OrderBuffer`), holding records
+      while another worker's partition is behind them (:mod:`.progress`)
     parse + fingerprint the released records (:func:`.stage1.compute`, the engine's kernels)
     produce their signature (or reject) records to the signatures topic (acks=all, idempotent)
     serve delivery reports: a batch whose records are all acknowledged stores its input offsets
@@ -43,6 +44,7 @@ from . import kafka_config, stage1
 from .deciding import FatalError
 from .ordering import OrderBuffer
 from .producer import producer_config
+from .progress import HELD_LONG, Exchange
 from .serialization import reject_record
 
 log = logging.getLogger("stream_dedup.service.stage1")
@@ -72,6 +74,10 @@ def describe_error(err: KafkaError, group: str) -> str:
         return (f"stage 1 cannot join the consumer group {group!r}: its other members use another "
                 "--stage1-client (stop every worker of this app id to switch)")
     return f"stage 1: {err.str()}"
+
+
+def _never(part: int, last_offset: int) -> bool:
+    return False
 
 
 class _Sent:
@@ -121,6 +127,9 @@ class FingerprintStage:
             service, self.client_conf, member, error_cb=self._on_error, stats_cb=self._on_stats,
             **{"statistics.interval.ms": STATS_INTERVAL_MS}))
         self.producer = Producer({**producer_config(self.client_conf, SIGNATURES_LINGER), "error_cb": self._on_error})
+        self.progress = Exchange(self.client_conf, service.app_id, self.topic, service.signatures_topic,
+                                 f"{kafka_config.instance_id(service)}-{member}", float(service.order_wait_workers),
+                                 self._on_error)  # the other workers' partitions (:mod:`.progress`)
 
     # ------------------------------------------------------------------ public
     def stop(self) -> None:
@@ -151,8 +160,9 @@ class FingerprintStage:
                     raise FatalError(f"Kafka client: {self.client_fatal}")
                 if msgs:
                     self.order.add((m.partition(), m.offset(), self._timestamp_ms(m), m) for m in msgs)
+                self.progress.tick(self.producer, self.owned, self._watermarks)
                 if self.order.size:
-                    self._send(self.order.release(sorted(self.owned), self._caught_up))
+                    self._send(self.order.release(sorted(self.owned), self._caught_up, self.progress.foreign))
                 self.producer.poll(0)  # delivery reports: store the offsets of acknowledged batches
                 if self.fatal:
                     raise FatalError(self.fatal)
@@ -186,6 +196,10 @@ class FingerprintStage:
     def _timestamp_ms(m: Any) -> int:
         kind, ts = m.timestamp()
         return int(ts) if kind != 0 and ts > 0 else int(time.time() * 1000)
+
+    def _watermarks(self, stale: bool) -> dict[int, int | None]:
+        """The owned partitions' sent watermarks (:mod:`.progress`); ``stale``: none is caught up."""
+        return self.order.watermarks(sorted(self.owned), _never if stale else self._caught_up, HELD_LONG)
 
     def _caught_up(self, part: int, last_offset: int) -> bool:
         """Whether ``part`` has nothing more to deliver now (its high watermark as the last fetch saw it)."""
@@ -278,6 +292,7 @@ class FingerprintStage:
                         self.start_offsets[tp.partition] = tp.offset
             except KafkaException as exc:
                 log.debug("committed offsets: %s", exc)
+        self.progress.watch(self.owned)
         self.assigned_once = True
         if self.client_error is not None:
             log.info("stage 1: joined the group")
@@ -396,3 +411,4 @@ class FingerprintStage:
             self.consumer.close()  # commits the stored offsets (a static member keeps its partitions)
         except Exception:  # noqa: BLE001
             log.debug("consumer close failed", exc_info=True)
+        self.progress.close()

@@ -20,8 +20,9 @@ k-way merge by timestamp of the partitions a worker owns:
   (Kafka Streams' ``max.task.idle.ms`` does the same for every record);
 * within a partition the order is never changed.
 
-Records from partitions owned by *other* workers are merged only by the decision stage's single
-order; with one worker per group, or workers that keep up, the order is the produce order.
+Records from partitions owned by *other* workers: with ``foreign`` (:class:`.progress.ForeignProgress`),
+a record also waits, for at most that object's wait, while another worker's partition is silent
+or behind it (see :mod:`.progress`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .progress import ForeignProgress
+
+#: ms by which a record may be ahead of another worker's sent watermark (:mod:`.progress`)
+SLACK_MS = 50.0
 
 
 class OrderBuffer:
@@ -42,6 +49,7 @@ class OrderBuffer:
         self.wall = wall  # seconds, to compare with the records' timestamps (ms)
         self.queues: dict[Hashable, deque[tuple[int, int, float, Any]]] = {}
         self.last_offset: dict[Hashable, int] = {}
+        self.last_ts: dict[Hashable, int] = {}  # the newest timestamp fetched of each partition
         self.size = 0
 
     def add(self, records: Iterable[tuple[Hashable, int, int, Any]]) -> None:
@@ -50,6 +58,7 @@ class OrderBuffer:
         for part, offset, ts, item in records:
             self.queues.setdefault(part, deque()).append((ts, offset, now, item))
             self.last_offset[part] = offset
+            self.last_ts[part] = ts
             self.size += 1
 
     def forget(self, keep: set[Hashable]) -> list[Any]:
@@ -58,17 +67,38 @@ class OrderBuffer:
         for part in [p for p in self.queues if p not in keep]:
             dropped += [rec[3] for rec in self.queues.pop(part)]
             self.last_offset.pop(part, None)
+            self.last_ts.pop(part, None)
         self.size -= len(dropped)
         return dropped
 
-    def release(self, owned: Iterable[Hashable], caught_up: Callable[[Hashable, int], bool]) -> list[Any]:
+    def watermarks(self, owned: Iterable[Hashable], caught_up: Callable[[Hashable, int], bool],
+                   held_long: float) -> dict[Hashable, int | None]:
+        """Each owned partition's sent watermark (:mod:`.progress`): the timestamp below which every
+        record of it has been released: its oldest held record's, else, while it is behind, its
+        newest fetched one's (-1 before any fetch). None when it is caught up and holds no record
+        of a backlog (older than ``wait``) nor any for ``held_long`` seconds or more: a live record
+        is held for milliseconds by the merge, and a worker that waited for that would wait for
+        the next progress record."""
+        out: dict[Hashable, int | None] = {}
+        now = self.clock()
+        live_after = (self.wall() - self.wait) * 1000.0
+        for part in owned:
+            q = self.queues.get(part)
+            if not caught_up(part, self.last_offset.get(part, -1)):
+                out[part] = q[0][0] if q else self.last_ts.get(part, -1)
+            else:
+                out[part] = q[0][0] if q and (q[0][0] < live_after or now - q[0][2] >= held_long) else None
+        return out
+
+    def release(self, owned: Iterable[Hashable], caught_up: Callable[[Hashable, int], bool],
+                foreign: ForeignProgress | None = None) -> list[Any]:
         """The items that may go now, in merged order.
 
         ``caught_up(partition, last_offset_seen)`` tells whether a partition has nothing more to
         deliver now (last offset seen, -1 for none, + 1 >= high watermark, or the consumer's
-        position has reached it).
+        position has reached it). ``foreign``: the other workers' partitions (see :mod:`.progress`).
         """
-        if self.wait <= 0:
+        if self.wait <= 0 and foreign is None:
             out = [rec[3] for q in self.queues.values() for rec in q]
             for q in self.queues.values():
                 q.clear()
@@ -87,6 +117,10 @@ class OrderBuffer:
             blocking = [p for p in owned if p not in with_head
                         and not (live and caught_up(p, self.last_offset.get(p, -1)))]
             if blocking and now - head[2] < self.wait:
+                break
+            # another worker's partitions hold a record more than SLACK ahead of them: two backlogs then
+            # advance by at least that much per exchange of progress records, not record by record
+            if foreign is not None and now - head[2] < foreign.wait and foreign.blocking(ts - SLACK_MS) is not None:
                 break
             self.queues[part].popleft()
             self.size -= 1

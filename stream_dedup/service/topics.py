@@ -11,9 +11,12 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from stream_dedup.config import EngineConfig, ServiceConfig
 
+from .progress import progress_topic
+
 log = logging.getLogger(__name__)
 
 DAY_MS = 86_400_000
+PROGRESS_RETENTION_MS = 3_600_000  # stage 1's progress records are read from the end: an hour is plenty
 #: bytes left for headers and framing below the dead-letter topic's max.message.bytes
 DLQ_MARGIN = 4096
 
@@ -42,7 +45,7 @@ def _partitions(metadata: Any, name: str) -> int | None:
 
 def ensure_topics(client_conf: dict[str, Any], service: ServiceConfig, engine: EngineConfig,
                   timeout: float = 60.0) -> dict[str, int]:
-    """Create the missing output, DLQ and signatures topics; return ``{topic: partitions}``.
+    """Create the missing output, DLQ, signatures and progress topics; return ``{topic: partitions}``.
 
     Output/DLQ topics get as many partitions as the input topic (1 if it does not exist yet);
     the signatures topic gets exactly one partition, and an existing one with more is refused
@@ -67,6 +70,9 @@ def ensure_topics(client_conf: dict[str, Any], service: ServiceConfig, engine: E
         service.dlq_topic: (in_parts, {}),
         service.signatures_topic: (1, {"retention.ms": str(signatures_retention_ms(engine)),
                                        "cleanup.policy": "delete"}),
+        # stage 1's progress records (:mod:`.progress`): read from their end, needed for seconds
+        progress_topic(service.signatures_topic): (1, {"retention.ms": str(PROGRESS_RETENTION_MS),
+                                                      "cleanup.policy": "delete"}),
     }
     _create(admin, {name: spec for name, spec in wanted.items() if _partitions(metadata, name) is None},
             timeout)

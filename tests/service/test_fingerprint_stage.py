@@ -38,6 +38,7 @@ class _Msg:
 
 def _stage(owned=(0, 1, 2)) -> FingerprintStage:
     from stream_dedup.service.ordering import OrderBuffer
+    from stream_dedup.service.progress import Exchange
 
     stage = object.__new__(FingerprintStage)
     stage.order = OrderBuffer(0.3)
@@ -50,6 +51,8 @@ def _stage(owned=(0, 1, 2)) -> FingerprintStage:
     stage.broker_error = stage.client_error = None
     stage.service, stage.out_topic, stage._next_check = _Service(), "articles.signatures", 0.0
     stage.assigned_once, stage.state = False, "joining the group"
+    stage.progress = Exchange({}, "news-dedup", "articles", "articles.signatures", "w-0", 0.0,
+                              lambda err: None)  # (off)
     return stage
 
 
