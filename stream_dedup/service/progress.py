@@ -55,7 +55,7 @@ SILENT = 0.2
 #: partition's watermark (a shorter hold is the merge's own, over within milliseconds)
 HELD_LONG = 2 * PUBLISH_INTERVAL
 #: seconds after the process itself stood still during which none of its partitions counts as caught up
-STALE_SECONDS = 0.5
+STALE_SECONDS = 2.0
 #: the sent watermark before the first fetch: nothing is known, every later record waits
 UNKNOWN = -1
 
