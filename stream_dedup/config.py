@@ -232,8 +232,8 @@ class ServiceConfig:
     duplicates_topic: str = _opt("articles.duplicates", "Topic that receives 'duplicate-of' events.")
     dlq_topic: str = _opt("articles.dlq", "Dead-letter topic for records that cannot be processed.")
     signatures_topic: str = _opt(
-        "articles.signatures", "Internal single-partition topic feeding the ordered decision stage (and its "
-        ".progress topic: stage 1's progress records, read across workers).")
+        "articles.signatures", "Internal single-partition topic feeding the ordered decision stage (and, with "
+        "--order-wait-workers, its .progress topic: stage 1's progress records, read across workers).")
     data_dir: str = _opt("./data", "Directory for the worker's RocksDB state (the index) and its instance id.")
     metrics_port: int = _opt(9108, "Port of the HTTP server for /metrics, /healthz and /readyz.")
     metrics_host: str = _opt("0.0.0.0", "Address the metrics/health HTTP server binds to.")

@@ -45,7 +45,8 @@ def _partitions(metadata: Any, name: str) -> int | None:
 
 def ensure_topics(client_conf: dict[str, Any], service: ServiceConfig, engine: EngineConfig,
                   timeout: float = 60.0) -> dict[str, int]:
-    """Create the missing output, DLQ, signatures and progress topics; return ``{topic: partitions}``.
+    """Create the missing output, DLQ and signatures topics (and, with ``--order-wait-workers``, the
+    progress topic); return ``{topic: partitions}``.
 
     Output/DLQ topics get as many partitions as the input topic (1 if it does not exist yet);
     the signatures topic gets exactly one partition, and an existing one with more is refused
@@ -70,10 +71,10 @@ def ensure_topics(client_conf: dict[str, Any], service: ServiceConfig, engine: E
         service.dlq_topic: (in_parts, {}),
         service.signatures_topic: (1, {"retention.ms": str(signatures_retention_ms(engine)),
                                        "cleanup.policy": "delete"}),
-        # stage 1's progress records (:mod:`.progress`): read from their end, needed for seconds
-        progress_topic(service.signatures_topic): (1, {"retention.ms": str(PROGRESS_RETENTION_MS),
-                                                      "cleanup.policy": "delete"}),
     }
+    if service.order_wait_workers > 0:  # stage 1's progress records (:mod:`.progress`), read from their end
+        wanted[progress_topic(service.signatures_topic)] = (1, {"retention.ms": str(PROGRESS_RETENTION_MS),
+                                                               "cleanup.policy": "delete"})
     _create(admin, {name: spec for name, spec in wanted.items() if _partitions(metadata, name) is None},
             timeout)
     metadata = admin.list_topics(timeout=timeout)
