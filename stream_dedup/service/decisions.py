@@ -75,10 +75,19 @@ IDLE_WAIT = 0.1
 GAUGE_INTERVAL = 2.0
 #: a transaction commit taking longer than this makes the stage report "waiting for the broker"
 SLOW_COMMIT = 3.0
+#: a commit (or abort) still failing with retriable errors this many seconds after it started is
+#: given up: the producer is replaced, and the new one's ``init_transactions`` settles the open
+#: transaction (seen once after a 20 s broker freeze: ``commit_transaction`` timed out again and
+#: again, "retry call to resume", for good)
+STUCK_SECONDS = 60.0
 
 
 class _Abort(Exception):
     """The current transaction must be aborted and its records decided again."""
+
+
+class _Stuck(Exception):
+    """The producer could not end the transaction in :data:`STUCK_SECONDS`: replace it."""
 
 
 @dataclass(slots=True)
@@ -186,6 +195,10 @@ class DecisionStage:
             except _Abort as exc:
                 log.warning("transaction aborted on revoke (%s); the next owner decides its records", exc)
                 self._abort_open()
+            except _Stuck as exc:  # the next owner's init_transactions fences it
+                log.warning("transaction stuck on revoke (%s); the next owner decides its records", exc)
+                self._txn = None
+                self._discard_producer()
         self._release()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -214,6 +227,15 @@ class DecisionStage:
             except Exception:  # noqa: BLE001
                 pass
             self.producer = None
+
+    def _discard_producer(self) -> None:
+        """Forget a producer that cannot end its transaction, without waiting for its queue."""
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            try:
+                producer.purge()
+            except Exception:  # noqa: BLE001
+                log.debug("purge failed", exc_info=True)
 
     def _committed_offset(self) -> int | None:
         [tp] = self.consumer.committed([TopicPartition(self.topic, 0)], timeout=30)
@@ -315,16 +337,23 @@ class DecisionStage:
             log.warning("transaction aborted (%s): deciding its %d records again", exc, txn.count)
             self._txn = None
             self._abort_and_rewind()
+        except _Stuck as exc:
+            log.warning("transaction stuck (%s): a new producer settles it; deciding its %d records again",
+                        exc, txn.count)
+            self._txn = None
+            self._replace_producer()
 
     def _finish_transaction(self) -> None:
         """Commit the open transaction: its outputs and the signature offset after its last record."""
         txn, producer = self._txn, self.producer
         assert txn is not None and producer is not None and txn.next_offset is not None
-        self.commit_started = time.monotonic()
+        self.commit_started = started = time.monotonic()
+        give_up = started + STUCK_SECONDS
         try:
             self._retry(lambda: producer.send_offsets_to_transaction(
-                [TopicPartition(self.topic, 0, txn.next_offset)], self.consumer.consumer_group_metadata(), 60))
-            self._retry(lambda: producer.commit_transaction(60))
+                [TopicPartition(self.topic, 0, txn.next_offset)], self.consumer.consumer_group_metadata(),
+                _left(give_up)), give_up)
+            self._retry(lambda: producer.commit_transaction(_left(give_up)), give_up)
         finally:
             took = time.monotonic() - self.commit_started
             self.commit_started = None
@@ -334,7 +363,8 @@ class DecisionStage:
         self.committed = txn.next_offset
         self.decider.observe(txn.observed)
 
-    def _retry(self, op: Callable[[], Any]) -> None:
+    def _retry(self, op: Callable[[], Any], give_up: float) -> None:
+        """``op`` until it succeeds; :class:`_Stuck` when it still fails retriably at ``give_up``."""
         while True:
             try:
                 op()
@@ -343,6 +373,8 @@ class DecisionStage:
                 err = exc.args[0]
                 if err.retriable():
                     self._broker_trouble(str(err))
+                    if time.monotonic() >= give_up:
+                        raise _Stuck(str(err)) from exc
                     time.sleep(0.1)
                     continue
                 # FENCED_INSTANCE_ID says it is abortable, but another member took this static id
@@ -355,11 +387,27 @@ class DecisionStage:
     def _abort_and_rewind(self) -> None:
         producer = self.producer
         assert producer is not None
-        self._retry(lambda: producer.abort_transaction(60))
-        start = self._committed_offset()
-        start = 0 if start is None else start
-        self.consumer.assign([TopicPartition(self.topic, 0, start)])
-        self.committed = start
+        give_up = time.monotonic() + STUCK_SECONDS
+        try:
+            self._retry(lambda: producer.abort_transaction(_left(give_up)), give_up)
+        except _Stuck as exc:
+            log.warning("abort stuck (%s): a new producer settles it", exc)
+            self._replace_producer()
+            return
+        self._rewind()
+
+    def _replace_producer(self) -> None:
+        """A new producer (its ``init_transactions`` fences the old one and settles the transaction
+        it left: committed or aborted), then decide again from the committed offset."""
+        self._discard_producer()
+        self._rewind()  # _reconcile makes the new producer
+
+    def _rewind(self) -> None:
+        """Decide again from the committed offset: :meth:`_reconcile` fetches it (retrying while the
+        broker is away) and assigns from there; the index is ahead of it, so nothing is replayed."""
+        self.consumer.assign([])
+        self.needs_reconcile = True
+        self.state = "reconciling"
 
     def _produce(self, topic: str, value: bytes, key: bytes | None, headers: Any = None) -> None:
         producer = self.producer
@@ -421,3 +469,8 @@ class DecisionStage:
         self._drop_producer()
         self.dedup.close()
 
+
+
+def _left(deadline: float) -> float:
+    """Seconds to ``deadline``, at least one (a librdkafka timeout of 0 does not wait at all)."""
+    return max(1.0, deadline - time.monotonic())

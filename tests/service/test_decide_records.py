@@ -169,3 +169,114 @@ def test_catch_up_in_batches_equals_one_record_at_a_time(tmp_path: Path, chunk: 
         for s in (one, many):
             s.dedup.close()
             s.consumer.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# a transaction the producer cannot end: the stage replaces the producer instead of retrying forever
+
+
+class TxnProducer(RecordingProducer):
+    """The transactional calls of a producer; ``commit_transaction`` fails retriably ``failures`` times."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.calls: list[str] = []
+
+    def _call(self, name: str) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+        self.calls.append(name)
+        if name == "commit_transaction" and self.failures:
+            self.failures -= 1
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Transactional API operation "
+                                            "(commit_transaction) timed out: retry call to resume", retriable=True))
+
+    def begin_transaction(self) -> None:
+        self._call("begin_transaction")
+
+    def send_offsets_to_transaction(self, offsets: list, metadata: object, timeout: float) -> None:
+        self._call("send_offsets_to_transaction")
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._call("commit_transaction")
+
+    def purge(self) -> None:
+        self._call("purge")
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+class GroupConsumer:
+    """The consumer calls the loop makes around a transaction; the group's committed offset is fixed."""
+
+    def __init__(self, topic: str, committed: int) -> None:
+        from confluent_kafka import TopicPartition
+        self.tp = TopicPartition(topic, 0, committed)
+        self.assigned: list[list] = []
+
+    def consumer_group_metadata(self) -> None:
+        return None
+
+    def committed(self, partitions: list, timeout: float) -> list:
+        return [self.tp]
+
+    def assign(self, partitions: list) -> None:
+        self.assigned.append([(p.partition, p.offset) for p in partitions])
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _stuck_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, producer: TxnProducer) -> DecisionStage:
+    from stream_dedup.service import decisions
+    monkeypatch.setattr(decisions, "STUCK_SECONDS", 0.5)
+    stage = _stage(tmp_path, "stuck", EngineConfig())
+    stage.consumer.close()
+    stage.consumer = GroupConsumer(stage.topic, 0)  # type: ignore[assignment]
+    stage.producer = producer  # type: ignore[assignment]
+    stage.owned = True
+    return stage
+
+
+def test_a_commit_that_stays_retriable_replaces_the_producer_and_decides_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    msgs = _messages(EngineConfig())[:30]
+    stuck = TxnProducer(failures=10**9)
+    stage = _stuck_stage(tmp_path, monkeypatch, stuck)
+    try:
+        stage._transaction(msgs)
+        # given up after STUCK_SECONDS, not retried forever; nothing counted as committed
+        assert stuck.calls[-1] == "purge" and stuck.calls.count("commit_transaction") > 1
+        assert stage.producer is None and stage.needs_reconcile and stage.committed is None
+        assert stage._txn is None and stage.consumer.assigned[-1] == []
+        assert stage.status()["reasons"], "not ready while the transaction is unsettled"
+        fresh = TxnProducer(failures=0)
+        monkeypatch.setattr(stage, "_new_producer", lambda: fresh)
+        stage._reconcile()  # the new producer; assigned again from the group's committed offset
+        assert stage.producer is fresh and not stage.needs_reconcile
+        assert stage.consumer.assigned[-1] == [(0, 0)]
+        stage._transaction(msgs)
+        assert fresh.calls == ["begin_transaction", "send_offsets_to_transaction", "commit_transaction"]
+        assert stage.committed == msgs[-1].offset() + 1
+        # decided again from offset 0: the same events as the transaction that never ended
+        assert fresh.sent == stuck.sent and len(fresh.sent) >= 25
+    finally:
+        stage.dedup.close()
+
+
+def test_a_commit_that_fails_retriably_for_a_while_is_retried(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    msgs = _messages(EngineConfig())[:10]
+    producer = TxnProducer(failures=2)
+    stage = _stuck_stage(tmp_path, monkeypatch, producer)
+    try:
+        stage._transaction(msgs)
+        assert producer.calls.count("commit_transaction") == 3 and "purge" not in producer.calls
+        assert stage.producer is producer and not stage.needs_reconcile
+        assert stage.committed == msgs[-1].offset() + 1
+    finally:
+        stage.dedup.close()
