@@ -263,10 +263,10 @@ class ServiceConfig:
         "another partition has records still to come, or, for a record older than this (a backlog), while "
         "another partition has none (0 = no reordering).")
     order_wait_workers: float = _opt(
-        0.0, "Worker (experimental, off by default): longest stage 1 holds a record while another worker's "
-        "input partition is behind it (a restarted worker's backlog) or its owner has fallen silent (killed, "
-        "cut off), so that records of different workers are decided in timestamp order too; only where a "
-        "worker owns some but not all input partitions (e.g. 5; 0 = off; with --stage1-client confluent).")
+        5.0, "Worker: longest stage 1 holds a record while another worker's input partition is behind it "
+        "(a restarted worker's backlog) or its owner has fallen silent (killed, cut off), so that records "
+        "of different workers are decided in timestamp order too; only where a worker owns some but not "
+        "all input partitions (0 = off; with --stage1-client confluent).")
     transaction_size: int = _opt(
         1000, "Worker: most signature records the decision stage decides in one Kafka transaction (fewer "
         "when fewer arrive: a transaction never stays open longer than --transaction-ms).")

@@ -29,6 +29,15 @@ it arrived, while another process's partition:
 A process publishes at once when its watermarks change, else every :data:`PUBLISH_INTERVAL`. A
 partition of another process not heard of since this process's assignment counts as silent.
 
+A *caught up* read late is only a watermark: a record saying "caught up" that was published more
+than :data:`SILENT` seconds before it is read (by its Kafka timestamp against this host's clock)
+counts as the watermark of its publication time, since the partition may have received a backlog
+since. This matters when the reader itself stood still: after a freeze its first fetch returns the
+progress records of before the freeze, and taking their "caught up" at face value let a frozen
+worker release its whole backlog ahead of the others' held records (measured: a gap of 179
+records where the rule otherwise keeps it under 20). Clocks that differ by more than that between
+hosts make every such record a watermark: records then wait about the difference longer.
+
 The decision stage is unchanged: it decides in signatures-topic order, so the exactly-once
 argument of :mod:`.decisions` and its catch-up replays stand as they are. Holding is stage 1's,
 which is at-least-once: a held record's input offset is not stored, so a crash reads it again.
@@ -43,7 +52,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
 
 log = logging.getLogger("stream_dedup.service.stage1")
 
@@ -84,13 +93,16 @@ def decode(value: bytes | None) -> tuple[str, dict[int, int | None]] | None:
 class ForeignProgress:
     """What the other stage-1 processes last said of their partitions, and whether it holds a record."""
 
-    def __init__(self, wait: float, member: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, wait: float, member: str, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self.wait = wait
         self.member = member
         self.clock = clock
+        self.wall = wall  # this host's clock, against the progress records' Kafka timestamps
         self.heard: dict[int, tuple[float, int | None]] = {}  # partition -> (when heard, watermark)
         self.since = clock()
         self.expected: set[int] = set()  # the input partitions of other processes (silent until heard)
+        self.silent: set[int] = set()  # partitions logged as silent (one line per change, not per record)
 
     def expect(self, partitions: set[int], owned: set[int]) -> None:
         """After an assignment: ``partitions`` are the input topic's, ``owned`` this process's."""
@@ -101,15 +113,23 @@ class ForeignProgress:
 
     def update(self, records: list[Any], owned: set[int]) -> None:
         """Take the progress records ``records`` (messages) in; partitions in ``owned`` are ours."""
-        now = self.clock()
+        now, wall_ms = self.clock(), self.wall() * 1000.0
         for m in records:
             if m.error() is not None:
                 continue
             said = decode(m.value())
             if said is None or said[0] == self.member:
                 continue
+            kind, published = m.timestamp()
+            late = kind != TIMESTAMP_NOT_AVAILABLE and wall_ms - published > SILENT * 1000.0
             for part, mark in said[1].items():
+                if mark is None and late:  # caught up back then: a backlog may have come since
+                    mark = published
                 if part not in owned:
+                    if part not in self.heard or part in self.silent:
+                        self.silent.discard(part)
+                        log.info("stage 1: input partition %d heard from %s (%s)", part, said[0],
+                                 "caught up" if mark is None else f"watermark {mark}")
                     self.heard[part] = (now, mark)
 
     def forget(self, owned: set[int]) -> None:
@@ -127,6 +147,10 @@ class ForeignProgress:
         for part, (heard, mark) in self.heard.items():
             quiet = now - heard
             if quiet > SILENT:
+                if part not in self.silent:
+                    self.silent.add(part)
+                    log.info("stage 1: input partition %d silent for %.1f s: records wait for it for at most "
+                             "%.1f s", part, quiet, self.wait)
                 if quiet < SILENT + self.wait:  # its owner is silent (for at most the wait)
                     return part
                 continue

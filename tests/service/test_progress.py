@@ -15,14 +15,21 @@ class Clock:
 
 
 class Msg:
-    def __init__(self, value: bytes) -> None:
+    def __init__(self, value: bytes, published_ms: int | None = None) -> None:
         self._value = value
+        self._published = published_ms
 
     def error(self):
         return None
 
     def value(self) -> bytes:
         return self._value
+
+    def timestamp(self) -> tuple[int, int]:
+        from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
+        if self._published is None:
+            return TIMESTAMP_NOT_AVAILABLE, 0
+        return TIMESTAMP_CREATE_TIME, self._published
 
 
 def caught_up(part, last):
@@ -123,3 +130,20 @@ def test_watermarks_say_what_each_owned_partition_has_sent():
     assert buf.watermarks([0, 1, 3], behind, 0.1) == {0: 800, 1: 900, 3: None}  # newest fetched, none held
     buf.add([(3, 1, -400, "old")])                                     # a backlog's record (older than the wait)
     assert buf.watermarks([3], behind, 0.1) == {3: -400}              # counts at once
+
+
+def test_a_caught_up_read_late_is_only_a_watermark():
+    """After this process stood still, its first fetch returns the others' progress records of before
+    the freeze: their "caught up" says nothing of a backlog that came since, only that everything before
+    its publication was sent."""
+    clock, wall = Clock(), Clock()
+    wall.now = 1_000.0  # seconds: 1,000,000 ms
+    foreign = ForeignProgress(5.0, "me-0", clock, wall)
+    foreign.update([Msg(encode("other-0", {1: None}), published_ms=1_000_000 - 2_000)], owned={0})
+    assert foreign.heard[1][1] == 998_000
+    assert foreign.blocking(997_999) is None and foreign.blocking(998_001) == 1
+    fresh = 1_000_000 - int(SILENT * 1000) + 10  # published within SILENT: caught up now
+    foreign.update([Msg(encode("other-0", {1: None}), published_ms=fresh)], owned={0})
+    assert foreign.blocking(10**12) is None
+    foreign.update([Msg(encode("other-0", {1: 990_000}), published_ms=900_000)], owned={0})
+    assert foreign.heard[1][1] == 990_000  # a watermark read late is still that watermark
