@@ -36,6 +36,8 @@ class BrokerProbe:
         self.sweep = sweep
         self.owned = owned  # whether the stage owns signatures-0 (only an owner sweeps)
         self.error: str | None = None  # set and cleared by the probe only
+        #: since when (time.monotonic()) the broker has answered every probe; None while it does not
+        self.answering_since: float | None = None
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="stream-dedup-broker-probe", daemon=True).start()
@@ -58,6 +60,8 @@ class BrokerProbe:
                 if self.error is not None:
                     log.info("decision stage: the broker answers again")
                     self.error = None
+                if self.answering_since is None:
+                    self.answering_since = time.monotonic()
                 every = float(self.service.receipt_sweep)
                 if every > 0 and self.owned() and self.sweep.target is None and time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + every
@@ -68,6 +72,7 @@ class BrokerProbe:
             except Exception as exc:  # noqa: BLE001 - KafkaException, or the consumer is closed
                 if self._stop.is_set():
                     return
+                self.answering_since = None
                 if self.error is None:
                     log.warning("decision stage: %s in %.0f s (%s)", NO_ANSWER, PROBE_INTERVAL, exc)
                 self.error = f"{NO_ANSWER} in {PROBE_INTERVAL:.0f} s"

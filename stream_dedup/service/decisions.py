@@ -77,9 +77,14 @@ GAUGE_INTERVAL = 2.0
 SLOW_COMMIT = 3.0
 #: a commit (or abort) still failing with retriable errors this many seconds after it started is
 #: given up: the producer is replaced, and the new one's ``init_transactions`` settles the open
-#: transaction (seen once after a 20 s broker freeze: ``commit_transaction`` timed out again and
-#: again, "retry call to resume", for good)
+#: transaction (seen after 20 s broker freezes: ``commit_transaction`` timed out again and
+#: again, "retry call to resume", for good) ...
 STUCK_SECONDS = 60.0
+#: ... or this many seconds after the broker probe hears the broker again (a commit that began in
+#: an outage: measured, ready again 40 s after the freeze with the 60 s rule alone)
+BROKER_BACK_SECONDS = 10.0
+#: longest one transactional call blocks, so that the rules above are looked at between calls
+CALL_SECONDS = 5.0
 
 
 class _Abort(Exception):
@@ -364,7 +369,10 @@ class DecisionStage:
         self.decider.observe(txn.observed)
 
     def _retry(self, op: Callable[[], Any], give_up: float) -> None:
-        """``op`` until it succeeds; :class:`_Stuck` when it still fails retriably at ``give_up``."""
+        """``op`` until it succeeds; :class:`_Stuck` when it still fails retriably at ``give_up``, or
+        :data:`BROKER_BACK_SECONDS` after the broker probe heard the broker again (or after ``op``
+        began, if the broker answered all along)."""
+        began = time.monotonic()
         while True:
             try:
                 op()
@@ -373,7 +381,8 @@ class DecisionStage:
                 err = exc.args[0]
                 if err.retriable():
                     self._broker_trouble(str(err))
-                    if time.monotonic() >= give_up:
+                    now, back = time.monotonic(), self.probe.answering_since
+                    if now >= give_up or (back is not None and now - max(back, began) >= BROKER_BACK_SECONDS):
                         raise _Stuck(str(err)) from exc
                     time.sleep(0.1)
                     continue
@@ -472,5 +481,7 @@ class DecisionStage:
 
 
 def _left(deadline: float) -> float:
-    """Seconds to ``deadline``, at least one (a librdkafka timeout of 0 does not wait at all)."""
-    return max(1.0, deadline - time.monotonic())
+    """Seconds one transactional call may block: to ``deadline``, at most :data:`CALL_SECONDS`, at
+    least one (a librdkafka timeout of 0 does not wait at all). A call that times out is retried:
+    librdkafka resumes the operation ("retry call to resume")."""
+    return min(CALL_SECONDS, max(1.0, deadline - time.monotonic()))

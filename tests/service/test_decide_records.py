@@ -280,3 +280,26 @@ def test_a_commit_that_fails_retriably_for_a_while_is_retried(tmp_path: Path,
         assert stage.committed == msgs[-1].offset() + 1
     finally:
         stage.dedup.close()
+
+
+def test_a_commit_still_failing_after_the_broker_answers_again_is_given_up_sooner(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit that began in a broker outage: given up BROKER_BACK_SECONDS after the probe hears the
+    broker again, long before STUCK_SECONDS."""
+    import time
+
+    from stream_dedup.service import decisions
+    msgs = _messages(EngineConfig())[:10]
+    stuck = TxnProducer(failures=10**9)
+    stage = _stuck_stage(tmp_path, monkeypatch, stuck)
+    monkeypatch.setattr(decisions, "STUCK_SECONDS", 600.0)
+    monkeypatch.setattr(decisions, "BROKER_BACK_SECONDS", 0.5)
+    try:
+        stage.probe.answering_since = time.monotonic() + 0.3  # the broker answers again 0.3 s from now
+        started = time.monotonic()
+        stage._transaction(msgs)
+        took = time.monotonic() - started
+        assert stuck.calls[-1] == "purge" and stage.producer is None and stage.needs_reconcile
+        assert 0.8 <= took < 5.0, took  # 0.3 s until the broker answered, then 0.5 s
+    finally:
+        stage.dedup.close()
