@@ -28,7 +28,10 @@ PARTITIONS = 3
 RATE = 100.0
 RECORDS = 700
 FREEZE_AT, FREEZE_SECONDS = 2.0, 2.0
-MAX_GAP = 40  # records: the 0.2 s before the silence is noticed and the 50 ms of slack; ~200 without the rule
+# records: the 0.2 s before the silence is noticed, the 50 ms of slack, and the window in which a worker
+# says "caught up" while a record it has not fetched yet is on its way (measured 14-31 in ten runs,
+# the 31 before the freeze); ~200 without the rule
+MAX_GAP = 60
 SETTLED = int(1.0 * RATE)  # the records produced before this one are not counted
 
 
