@@ -50,11 +50,16 @@ def f1(s: dict) -> float:
     return 2 * p * r / (p + r) if p + r else 0.0
 
 
+def record_index(partition: int, offset: int, partitions: int) -> int:
+    """The produce-order index of input record (partition, offset): records go round-robin, so
+    record i is at partition i % partitions, offset i // partitions."""
+    return offset * partitions + partition
+
+
 def decision_order(bootstrap: str, topic: str, partitions: int) -> list[int]:
     """Indexes (in produce order) of the input records, in the order the decision stage received
     their signatures (first copy only): the signatures topic has one partition, so its order is
-    the order of decisions. Records were produced round-robin, so partition p offset o is record
-    o * partitions + p."""
+    the order of decisions (:func:`record_index`)."""
     from stream_dedup.service.serialization import SignatureDecodeError, decode_stage_record
 
     order, seen = [], set()
@@ -63,7 +68,7 @@ def decision_order(bootstrap: str, topic: str, partitions: int) -> list[int]:
             rec = decode_stage_record(m.value())
         except SignatureDecodeError:
             continue
-        i = rec.source_offset * partitions + rec.source_partition
+        i = record_index(rec.source_partition, rec.source_offset, partitions)
         if i not in seen:
             seen.add(i)
             order.append(i)
@@ -144,7 +149,7 @@ def main() -> int:
         def report(err, msg) -> None:
             if err is None:
                 positions.append((msg.partition(), msg.offset()))
-                acked[msg.offset() * args.partitions + msg.partition()] = time.perf_counter()
+                acked[record_index(msg.partition(), msg.offset(), args.partitions)] = time.perf_counter()
 
         for i, (key, value) in enumerate(records):
             while time.perf_counter() < t0 + i / args.rate:

@@ -92,7 +92,7 @@ class _Abort(Exception):
 
 
 class _Stuck(Exception):
-    """The producer could not end the transaction in :data:`STUCK_SECONDS`: replace it."""
+    """The producer could not end the transaction (:data:`STUCK_SECONDS`, :data:`BROKER_BACK_SECONDS`): replace it."""
 
 
 @dataclass(slots=True)
@@ -477,7 +477,6 @@ class DecisionStage:
             log.debug("consumer close failed", exc_info=True)
         self._drop_producer()
         self.dedup.close()
-
 
 
 def _left(deadline: float) -> float:

@@ -71,6 +71,10 @@ class OrderBuffer:
         self.size -= len(dropped)
         return dropped
 
+    def _live_after(self) -> float:
+        """The timestamp (ms) from which a record is live: less than ``wait`` seconds old."""
+        return (self.wall() - self.wait) * 1000.0
+
     def watermarks(self, owned: Iterable[Hashable], caught_up: Callable[[Hashable, int], bool],
                    held_long: float) -> dict[Hashable, int | None]:
         """Each owned partition's sent watermark (:mod:`.progress`): the timestamp below which every
@@ -81,7 +85,7 @@ class OrderBuffer:
         the next progress record."""
         out: dict[Hashable, int | None] = {}
         now = self.clock()
-        live_after = (self.wall() - self.wait) * 1000.0
+        live_after = self._live_after()
         for part in owned:
             q = self.queues.get(part)
             if not caught_up(part, self.last_offset.get(part, -1)):
@@ -105,7 +109,7 @@ class OrderBuffer:
             self.size = 0
             return out
         now = self.clock()
-        live_after = (self.wall() - self.wait) * 1000.0
+        live_after = self._live_after()
         owned = list(owned)
         out: list[Any] = []
         while self.size:
