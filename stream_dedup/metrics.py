@@ -72,8 +72,13 @@ class Metrics:
             "(it exited: a crash, or a fatal Kafka client error such as a fenced consumer).", registry=r)
         self.stage1_restarts = Counter(
             "stream_dedup_stage1_restarts", "Times the worker restarted a stage-1 process (--stage1-client "
-            "confluent; it exited: a crash, an undelivered signature record or a fatal Kafka client error).",
+            "confluent; it exited: a crash, an undelivered signature record, a fatal Kafka client error or "
+            "a stall: input records waiting and none fetched for 30 s while the broker answers).",
             registry=r)
+        self.decision_stalls = Counter(
+            "stream_dedup_decision_stage_stalls", "Times the decision stage found signature records waiting and "
+            "no transaction committed for 30 s while the broker answered (it decides again from the committed "
+            "offset; a second stall in a row restarts the stage).", registry=r)
         self.memory_budget = Gauge(
             "stream_dedup_memory_budget_bytes", "The index's memory budget (--memory): RocksDB block cache, "
             "filters, index blocks and memtables.", registry=r)

@@ -65,6 +65,7 @@ from . import catchup, kafka_config
 from .broker_probe import BrokerProbe
 from .deciding import Decider, FatalError, open_index, warm_up
 from .receipts import ReceiptSweep
+from .stall import StallWatch
 
 log = logging.getLogger("stream_dedup.service.decisions")
 
@@ -132,6 +133,8 @@ class DecisionStage:
         self.sweep = ReceiptSweep(service)
         self.probe = BrokerProbe(service, self.client_conf, self._stop, self.sweep, lambda: self.owned)
         self._last_gauges = 0.0
+        self.stall = StallWatch()
+        self._rewound_for_stall = False  # the last stall's rewind has not been followed by a commit yet
         self.consumer = Consumer(kafka_config.decisions_consumer_config(service, self.client_conf,
                                                                         error_cb=self._on_error))
 
@@ -151,6 +154,9 @@ class DecisionStage:
             reasons.append("waiting for the broker to commit a transaction")
         if self.state == "catching up":
             reasons.append("index catching up")
+        stalled = self.stall.reason()
+        if stalled:
+            reasons.append(f"decision stage {stalled}")
         return {"state": self.state, "owns": self.owned, "index_checkpoint": self.decider.last_applied,
                 "committed_offset": self.committed, "reasons": reasons}
 
@@ -281,6 +287,7 @@ class DecisionStage:
         self.consumer.assign([TopicPartition(self.topic, 0, start)])
         self.needs_reconcile = False
         self.state = "deciding"
+        self.stall.progressed()
         log.info("decision stage: deciding from signature offset %d", start)
 
     def _new_producer(self) -> Producer:
@@ -366,6 +373,8 @@ class DecisionStage:
         self.metrics.transaction_records.observe(txn.count)
         self._txn = None
         self.committed = txn.next_offset
+        self.stall.progressed()
+        self._rewound_for_stall = False
         self.decider.observe(txn.observed)
 
     def _retry(self, op: Callable[[], Any], give_up: float) -> None:
@@ -430,6 +439,8 @@ class DecisionStage:
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
+        if self.stall.due():
+            self._watch_stall()
         if self.sweep.apply(self.dedup, self.committed):
             self.metrics.receipt_sweeps.inc()
             log.debug("receipt sweep: dropped receipts below input offsets %s", self.sweep.done)
@@ -451,6 +462,29 @@ class DecisionStage:
                         self.metrics.consumer_lag.labels(self.topic, "0").set(max(0, high - self.committed))
             except Exception:  # noqa: BLE001 - gauges must never break the stage
                 log.debug("gauges failed", exc_info=True)
+
+    def _watch_stall(self) -> None:
+        """Signature records waiting and no transaction committed for :data:`.stall.STALL_SECONDS`
+        while the broker answers: decide again from the committed offset (a fresh assignment and
+        fetch); if that does not help either, exit: the worker restarts the stage with new clients."""
+        if not self.owned or self.state != "deciding" or self.committed is None or self.probe.error:
+            self.stall.progressed()  # not deciding, or the broker is away: other reasons say why
+            return
+        try:
+            _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=2, cached=False)
+        except KafkaException:
+            return  # the broker did not answer this time: no verdict
+        if not self.stall.observe(high - self.committed):
+            return
+        self.metrics.decision_stalls.inc()
+        what = (f"no transaction committed for {self.stall.idle():.0f} s with {high - self.committed} signature "
+                f"records waiting (committed offset {self.committed}, end {high})")
+        if self._rewound_for_stall:
+            raise FatalError(f"{what}, even after deciding again from the committed offset")
+        log.error("decision stage: %s: deciding again from the committed offset", what)
+        self._rewound_for_stall = True
+        self.stall.progressed()
+        self._rewind()
 
     def _broker_trouble(self, message: str) -> None:
         if self.broker_error != message:

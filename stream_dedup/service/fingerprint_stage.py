@@ -46,6 +46,7 @@ from .ordering import OrderBuffer
 from .producer import producer_config
 from .progress import HELD_LONG, Exchange
 from .serialization import reject_record
+from .stall import StallWatch
 
 log = logging.getLogger("stream_dedup.service.stage1")
 
@@ -123,6 +124,7 @@ class FingerprintStage:
         self._stop = threading.Event()
         self._lag_labels: set[str] = set()
         self._next_check = 0.0
+        self.stall = StallWatch()
         self.consumer = Consumer(kafka_config.stage1_consumer_config(
             service, self.client_conf, member, error_cb=self._on_error, stats_cb=self._on_stats,
             **{"statistics.interval.ms": STATS_INTERVAL_MS}))
@@ -145,6 +147,9 @@ class FingerprintStage:
             reasons.append(self.client_error)
         if not self.assigned_once:
             reasons.append("waiting for the first partition assignment")
+        stalled = self.stall.reason()
+        if stalled:
+            reasons.append(f"stage 1 {stalled}")
         return {"state": self.state, "assigned": sorted(f"{self.topic}-{p}" for p in self.owned),
                 "assigned_once": self.assigned_once, "reasons": reasons}
 
@@ -168,6 +173,8 @@ class FingerprintStage:
                     raise FatalError(self.fatal)
                 if self.broker_error is not None:
                     self._recheck_broker()
+                if self.stall.due():
+                    self._watch_stall()
         except FatalError as exc:
             self.fatal = str(exc)
             log.error("stage 1 stopped: %s", exc)
@@ -190,6 +197,7 @@ class FingerprintStage:
                 self._client_trouble(err)
         if good:
             self._flowing()
+            self.stall.progressed()
         return good
 
     @staticmethod
@@ -244,6 +252,25 @@ class FingerprintStage:
         return reject_record(reason=reason, detail=detail, key=m.key(), value=m.value() or b"",
                              headers=m.headers(), topic=m.topic(), partition=m.partition(), offset=m.offset(),
                              timestamp_ms=ts if kind != 0 and ts > 0 else None, budget=self.dlq_budget).encode()
+
+    def _watch_stall(self) -> None:
+        """Input records waiting and none fetched for :data:`.stall.STALL_SECONDS` while the broker
+        answers: exit, so that the worker restarts the stage (it reads again from its committed offsets)."""
+        if not self.owned or self.broker_error is not None:
+            self.stall.progressed()  # nothing to fetch, or the broker is away: /readyz says so
+            return
+        waiting = 0
+        try:
+            for tp in self.consumer.position([TopicPartition(self.topic, p) for p in sorted(self.owned)]):
+                low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition),
+                                                                timeout=2, cached=False)
+                at = tp.offset if tp.offset >= 0 else self.start_offsets.get(tp.partition, low)
+                waiting += max(0, high - at)
+        except KafkaException:
+            return  # the broker did not answer this time: no verdict
+        if self.stall.observe(waiting):
+            raise FatalError(f"{waiting} input records waiting and none fetched for {self.stall.idle():.0f} s "
+                             "while the broker answers: restarting the stage")
 
     # ------------------------------------------------------------------ delivery -> stored offsets
     def _store_done(self) -> None:

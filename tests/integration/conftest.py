@@ -129,6 +129,13 @@ class WorkerProcess:
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
+    def log_story(self, lines: int = 80) -> str:
+        """The log's last ``lines`` lines without one-per-record rejections and the config dumps:
+        what a failing test prints (a CI report shows only the first part of a long output)."""
+        noise = ("] rejected ", " service config: ", " engine config: ")
+        kept = [ln for ln in self.log_text().splitlines() if not any(n in ln for n in noise)]
+        return "\n".join(ln[:300] for ln in kept[-lines:])
+
     def readyz(self) -> tuple[int, dict[str, Any]]:
         try:
             status, body = http_get(self.url + "/readyz", timeout=2)
@@ -191,6 +198,7 @@ def start_worker(kafka_bootstrap: str, tmp_path: Path, request):
 
     yield start
     failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    ready_at_failure = {w.name: w.readyz() for w in started if failed and w.alive()}
     for w in started:
         w.signal(signal.SIGTERM)
     for w in started:
@@ -200,8 +208,12 @@ def start_worker(kafka_bootstrap: str, tmp_path: Path, request):
         except subprocess.TimeoutExpired:
             pass
         w.kill()
+        if w.name in ready_at_failure:
+            status, body = ready_at_failure[w.name]
+            print(f"\n===== worker {w.name}: /readyz at the failure: {status} {json.dumps(body)[:600]}")
         if failed:
-            print(f"\n===== log of worker {w.name} ({w.log_path}) =====\n{w.log_tail(120)}")
+            print(f"\n===== log of worker {w.name} ({w.log_path}), without per-record rejections =====\n"
+                  f"{w.log_story()}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -59,6 +59,30 @@ def read_topic(bootstrap: str, topics: list[str], expect: int | None = None, tim
     return out
 
 
+def topic_ends(bootstrap: str, topics: list[str]) -> dict[str, int]:
+    """Each topic's records as the broker counts them (high watermarks, transactions open or
+    aborted included): what a failed check prints, to tell a worker that stopped producing from
+    records produced but never committed."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eos-ends-{time.time_ns()}"})
+    out: dict[str, int] = {}
+    try:
+        for topic in topics:
+            meta = c.list_topics(topic, timeout=10).topics.get(topic)
+            total = 0
+            for part in sorted(meta.partitions if meta is not None else {}):
+                try:
+                    total += c.get_watermark_offsets(TopicPartition(topic, part), timeout=5)[1]
+                except KafkaException:
+                    total = -1
+                    break
+            out[topic] = total
+    finally:
+        c.close()
+    return out
+
+
 def source_of(msg: Any, dlq_topic: str) -> tuple[int, int]:
     if msg.topic() == dlq_topic:
         h = {k: v.decode() for k, v in (msg.headers() or [])}

@@ -303,3 +303,84 @@ def test_a_commit_still_failing_after_the_broker_answers_again_is_given_up_soone
         assert 0.8 <= took < 5.0, took  # 0.3 s until the broker answered, then 0.5 s
     finally:
         stage.dedup.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# a stage that sits still with records waiting while the broker answers
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class WaitingConsumer(GroupConsumer):
+    """The group's committed offset 0; the broker says the signatures partition ends at ``end``."""
+
+    def __init__(self, topic: str, end: int) -> None:
+        super().__init__(topic, 0)
+        self.end = end
+
+    def get_watermark_offsets(self, tp: object, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        assert not cached, "a stalled fetcher's cached watermarks are stale: ask the broker"
+        return 0, self.end
+
+
+def test_a_stage_that_decides_nothing_while_records_wait_decides_again_then_exits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stream_dedup.service.deciding import FatalError
+    from stream_dedup.service.stall import StallWatch
+
+    clock = Clock()
+    stage = _stuck_stage(tmp_path, monkeypatch, TxnProducer(failures=0))
+    stage.consumer = WaitingConsumer(stage.topic, end=120)  # type: ignore[assignment]
+    stage.stall = StallWatch(limit=30, report=10, interval=5, clock=clock)
+    try:
+        stage._reconcile()
+        assert stage.state == "deciding" and stage.consumer.assigned[-1] == [(0, 0)]
+        for _ in range(5):  # 25 s: records wait, nothing is committed, the broker answers
+            stage._housekeeping()
+            clock.t += 5
+        assert any("stalled: 120 records waiting" in r for r in stage.status()["reasons"])
+        assert not stage.needs_reconcile
+        clock.t += 5
+        stage._housekeeping()  # 30 s: assigned afresh from the committed offset
+        assert stage.needs_reconcile and stage.consumer.assigned[-1] == []
+        assert stage.metrics.decision_stalls._value.get() == 1
+        stage._reconcile()
+        assert stage.consumer.assigned[-1] == [(0, 0)] and stage.status()["reasons"] == []
+        # a commit in between would start over; none comes: the second stall ends the stage
+        for _ in range(6):
+            stage._housekeeping()
+            clock.t += 5
+        with pytest.raises(FatalError, match="even after deciding again"):
+            stage._housekeeping()
+    finally:
+        stage.dedup.close()
+
+
+def test_a_stage_with_nothing_waiting_or_no_broker_is_not_stalled(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from stream_dedup.service.stall import StallWatch
+
+    clock = Clock()
+    stage = _stuck_stage(tmp_path, monkeypatch, TxnProducer(failures=0))
+    stage.consumer = WaitingConsumer(stage.topic, end=0)  # type: ignore[assignment]
+    stage.stall = StallWatch(limit=30, report=10, interval=5, clock=clock)
+    try:
+        stage._reconcile()
+        for _ in range(20):  # idle: caught up
+            stage._housekeeping()
+            clock.t += 5
+        stage.consumer.end = 50
+        stage.probe.error = "no answer from the broker in 2 s"  # an outage: its own reason, not a stall
+        for _ in range(20):
+            stage._housekeeping()
+            clock.t += 5
+        assert not stage.needs_reconcile and stage.metrics.decision_stalls._value.get() == 0
+        assert not any("stalled" in r for r in stage.status()["reasons"])
+    finally:
+        stage.dedup.close()

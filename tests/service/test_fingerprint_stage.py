@@ -142,3 +142,58 @@ def test_an_unreachable_broker_is_cleared_once_it_answers() -> None:
 class _NoCommitted:
     def committed(self, partitions, timeout):
         return []
+
+
+class _LaggingConsumer(_Consumer):
+    """Positions 10 on every partition; the broker says each ends at ``end``."""
+
+    def __init__(self, end: int) -> None:
+        super().__init__()
+        self.end = end
+
+    def position(self, partitions):
+        from confluent_kafka import TopicPartition
+        return [TopicPartition(tp.topic, tp.partition, 10) for tp in partitions]
+
+    def get_watermark_offsets(self, tp, timeout: float = 0, cached: bool = False):
+        assert not cached, "a stalled fetcher's cached watermarks are stale: ask the broker"
+        return 0, self.end
+
+
+def test_input_waiting_and_nothing_fetched_for_the_limit_ends_the_stage() -> None:
+    import pytest
+
+    from stream_dedup.service.deciding import FatalError
+    from stream_dedup.service.stall import StallWatch
+
+    t = [0.0]
+    stage = _stage()
+    stage.consumer = _LaggingConsumer(end=30)
+    stage.stall = StallWatch(limit=30, report=10, interval=5, clock=lambda: t[0])
+    stage.start_offsets = {}
+    for _ in range(3):
+        stage._watch_stall()
+        t[0] += 5
+    assert any("stalled: 60 records waiting" in r for r in stage.status()["reasons"])
+    stage.broker_error = "1/1 brokers are down"  # an outage is not a stall: the clock starts over
+    stage._watch_stall()
+    stage.broker_error = None
+    for _ in range(6):
+        stage._watch_stall()
+        t[0] += 5
+    with pytest.raises(FatalError, match="60 input records waiting and none fetched for 30 s"):
+        stage._watch_stall()
+
+
+def test_caught_up_input_is_not_a_stall() -> None:
+    from stream_dedup.service.stall import StallWatch
+
+    t = [0.0]
+    stage = _stage()
+    stage.consumer = _LaggingConsumer(end=10)
+    stage.stall = StallWatch(limit=30, report=10, interval=5, clock=lambda: t[0])
+    stage.start_offsets = {}
+    for _ in range(30):
+        stage._watch_stall()
+        t[0] += 5
+    assert stage.status()["reasons"] == ["waiting for the first partition assignment"]
