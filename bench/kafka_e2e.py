@@ -14,7 +14,10 @@
    latency = the reader's receive time - the time the record was handed to the producer (both
    on this machine's clock, so it includes the producer's linger and the transaction commit: an
    event is visible only once committed); ``--latency-runs K`` makes K such runs, one after the
-   other, and reports the median run's p50 and p99 (and each run's);
+   other, and reports the median run's p50 and p99 (and each run's), after ``--latency-warmup``
+   (default 1) runs that are printed but not counted: a broker started by this bench is a cold
+   JVM whose JIT compiling shares the cores (measured, the first run after a broker start:
+   p50 / p99 205-350 / 666-1,178 ms, against 37-61 / 151-229 ms once the broker had run a while);
 4. decision stage alone: signature records of R rounds of the stream (default 3, ~22k) are
    computed here and written straight to the signatures topic of a fresh worker whose input
    topic stays empty -> stage 2's articles/s, against ``Deduplicator.decide`` on the same
@@ -462,6 +465,9 @@ def main() -> int:
                          "Kafka 4.0, of the Java client; 0 = one produce request per record)")
     ap.add_argument("--latency-runs", type=int, default=1,
                     help="latency runs one after the other (each of new rounds); the figures are the median run's")
+    ap.add_argument("--latency-warmup", type=int, default=1,
+                    help="half-rate runs made first and not counted (default 1: a broker this bench starts "
+                         "is a cold JVM, and its JIT compiling costs CPU on the same cores for minutes)")
     ap.add_argument("--decision-rounds", type=int, default=3, help="rounds of the stream for measurement 4")
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
@@ -474,6 +480,7 @@ def main() -> int:
                     help="write the half-rate run's records as CSV: id, produce ms, event received ms, latency ms")
     args = ap.parse_args()
     decide_rate = engine_decide_rate = float("nan")
+    warm_runs: list[tuple[float, float]] = []  # the warm-up runs' p50, p99 (s): printed, not counted
     extra = [x for arg in args.worker_arg for x in arg.split(maxsplit=1)]
 
     if not args.data.exists():
@@ -518,8 +525,16 @@ def main() -> int:
         rate = args.latency_rate or worker_rate / 2
         m = int(rate * args.latency_seconds)
         per_run = m // len(all_lines) + 1  # rounds a run takes: every run new ones, matching nothing before
+        warmup = args.latency_warmup
         batches = [[round_variant(all_lines[i % len(all_lines)], 1 + run * per_run + i // len(all_lines))
-                    for i in range(m)] for run in range(args.latency_runs)]  # made before the CPU is counted
+                    for i in range(m)] for run in range(warmup + args.latency_runs)]  # made before the CPU is counted
+        for run, half in enumerate(batches[:warmup]):
+            print(f"latency warm-up run {run + 1}/{warmup} (not counted): {m} records at {rate:.0f}/s ...", flush=True)
+            sent2 = produce(bootstrap, f"{prefix}.articles", half, rate=rate, linger_ms=args.producer_linger_ms)
+            got2 = reader.wait_for(set(sent2), timeout=600)
+            run_lat = [(got2[k] - sent2[k]) / 1000 for k in sent2 if k in got2]
+            warm_runs.append((percentile(run_lat, 50), percentile(run_lat, 99)))
+        batches = batches[warmup:]
         tx0 = worker.metric_sums(*TX_METRICS)
         cpu_start, wall_start = cpu_by_process(worker.proc.pid), time.monotonic()
         runs: list[tuple[float, float]] = []  # each latency run's p50, p99 (s)
@@ -589,6 +604,8 @@ def main() -> int:
         (f"latency run ({rate:.0f}/s) p99 (ms)" + (", median run" if len(runs) > 1 else ""), f"{p99:.1f}"),
         *([("  each run: p50 / p99 (ms)", ", ".join(f"{a * 1000:.0f} / {b * 1000:.0f}" for a, b in runs))]
           if len(runs) > 1 else []),
+        *([("  warm-up runs, not counted: p50 / p99 (ms)",
+            ", ".join(f"{a * 1000:.0f} / {b * 1000:.0f}" for a, b in warm_runs))] if warm_runs else []),
         (f"latency run ({rate:.0f}/s) max (ms)", f"{max(lat) * 1000 if lat else float('nan'):.1f}"),
         ("  transactions: mean commit (ms) / records each", f"{_mean_commit(tx)}"),
         *[(f"  {name} p50 / p99 (ms)", f"{percentile(v, 50):.0f} / {percentile(v, 99):.0f}")

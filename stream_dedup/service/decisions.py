@@ -61,7 +61,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
 
-from . import catchup, kafka_config
+from . import catchup, kafka_config, txn_calls
 from .broker_probe import BrokerProbe
 from .deciding import Decider, FatalError, open_index, warm_up
 from .receipts import ReceiptSweep
@@ -76,26 +76,6 @@ IDLE_WAIT = 0.1
 GAUGE_INTERVAL = 2.0
 #: a transaction commit taking longer than this makes the stage report "waiting for the broker"
 SLOW_COMMIT = 3.0
-#: a commit (or abort) still failing with retriable errors this many seconds after it started is
-#: given up: the producer is replaced, and the new one's ``init_transactions`` settles the open
-#: transaction (seen after 20 s broker freezes: ``commit_transaction`` timed out again and
-#: again, "retry call to resume", for good) ...
-STUCK_SECONDS = 60.0
-#: ... or this many seconds after the broker probe hears the broker again (a commit that began in
-#: an outage: measured, ready again 40 s after the freeze with the 60 s rule alone)
-BROKER_BACK_SECONDS = 10.0
-#: longest one transactional call blocks, so that the rules above are looked at between calls
-CALL_SECONDS = 5.0
-
-
-class _Abort(Exception):
-    """The current transaction must be aborted and its records decided again."""
-
-
-class _Stuck(Exception):
-    """The producer could not end the transaction (:data:`STUCK_SECONDS`, :data:`BROKER_BACK_SECONDS`): replace it."""
-
-
 @dataclass(slots=True)
 class _Transaction:
     """The open transaction: its outcome is unknown until committed."""
@@ -203,10 +183,10 @@ class DecisionStage:
         if self._txn is not None:  # revoked while a transaction collects records: commit what it has
             try:
                 self._finish_transaction()
-            except _Abort as exc:
+            except txn_calls.Abort as exc:
                 log.warning("transaction aborted on revoke (%s); the next owner decides its records", exc)
                 self._abort_open()
-            except _Stuck as exc:  # the next owner's init_transactions fences it
+            except txn_calls.Stuck as exc:  # the next owner's init_transactions fences it
                 log.warning("transaction stuck on revoke (%s); the next owner decides its records", exc)
                 self._txn = None
                 self._discard_producer()
@@ -345,11 +325,11 @@ class DecisionStage:
                 if not records:
                     break
             self._finish_transaction()
-        except _Abort as exc:
+        except txn_calls.Abort as exc:
             log.warning("transaction aborted (%s): deciding its %d records again", exc, txn.count)
             self._txn = None
             self._abort_and_rewind()
-        except _Stuck as exc:
+        except txn_calls.Stuck as exc:
             log.warning("transaction stuck (%s): a new producer settles it; deciding its %d records again",
                         exc, txn.count)
             self._txn = None
@@ -360,12 +340,12 @@ class DecisionStage:
         txn, producer = self._txn, self.producer
         assert txn is not None and producer is not None and txn.next_offset is not None
         self.commit_started = started = time.monotonic()
-        give_up = started + STUCK_SECONDS
+        give_up = started + txn_calls.STUCK_SECONDS
         try:
             self._retry(lambda: producer.send_offsets_to_transaction(
                 [TopicPartition(self.topic, 0, txn.next_offset)], self.consumer.consumer_group_metadata(),
-                _left(give_up)), give_up)
-            self._retry(lambda: producer.commit_transaction(_left(give_up)), give_up)
+                txn_calls.call_timeout(give_up)), give_up)
+            self._retry(lambda: producer.commit_transaction(txn_calls.call_timeout(give_up)), give_up)
         finally:
             took = time.monotonic() - self.commit_started
             self.commit_started = None
@@ -378,37 +358,16 @@ class DecisionStage:
         self.decider.observe(txn.observed)
 
     def _retry(self, op: Callable[[], Any], give_up: float) -> None:
-        """``op`` until it succeeds; :class:`_Stuck` when it still fails retriably at ``give_up``, or
-        :data:`BROKER_BACK_SECONDS` after the broker probe heard the broker again (or after ``op``
-        began, if the broker answered all along)."""
-        began = time.monotonic()
-        while True:
-            try:
-                op()
-                return
-            except KafkaException as exc:
-                err = exc.args[0]
-                if err.retriable():
-                    self._broker_trouble(str(err))
-                    now, back = time.monotonic(), self.probe.answering_since
-                    if now >= give_up or (back is not None and now - max(back, began) >= BROKER_BACK_SECONDS):
-                        raise _Stuck(str(err)) from exc
-                    time.sleep(0.1)
-                    continue
-                # FENCED_INSTANCE_ID says it is abortable, but another member took this static id
-                # (or librdkafka fenced us by our own re-join): this consumer can never commit
-                # again, so it is fatal like the rest; only a new client recovers
-                if err.txn_requires_abort() and err.code() != KafkaError.FENCED_INSTANCE_ID:
-                    raise _Abort(str(err)) from exc
-                raise FatalError(str(err)) from exc
+        """:func:`.txn_calls.retry` with this stage's broker probe and error reporting."""
+        txn_calls.retry(op, give_up, lambda: self.probe.answering_since, self._broker_trouble)
 
     def _abort_and_rewind(self) -> None:
         producer = self.producer
         assert producer is not None
-        give_up = time.monotonic() + STUCK_SECONDS
+        give_up = txn_calls.give_up_at()
         try:
-            self._retry(lambda: producer.abort_transaction(_left(give_up)), give_up)
-        except _Stuck as exc:
+            self._retry(lambda: producer.abort_transaction(txn_calls.call_timeout(give_up)), give_up)
+        except txn_calls.Stuck as exc:
             log.warning("abort stuck (%s): a new producer settles it", exc)
             self._replace_producer()
             return
@@ -512,9 +471,3 @@ class DecisionStage:
         self._drop_producer()
         self.dedup.close()
 
-
-def _left(deadline: float) -> float:
-    """Seconds one transactional call may block: to ``deadline``, at most :data:`CALL_SECONDS`, at
-    least one (a librdkafka timeout of 0 does not wait at all). A call that times out is retried:
-    librdkafka resumes the operation ("retry call to resume")."""
-    return min(CALL_SECONDS, max(1.0, deadline - time.monotonic()))

@@ -232,8 +232,8 @@ class GroupConsumer:
 
 
 def _stuck_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, producer: TxnProducer) -> DecisionStage:
-    from stream_dedup.service import decisions
-    monkeypatch.setattr(decisions, "STUCK_SECONDS", 0.5)
+    from stream_dedup.service import txn_calls
+    monkeypatch.setattr(txn_calls, "STUCK_SECONDS", 0.5)
     stage = _stage(tmp_path, "stuck", EngineConfig())
     stage.consumer.close()
     stage.consumer = GroupConsumer(stage.topic, 0)  # type: ignore[assignment]
@@ -288,12 +288,12 @@ def test_a_commit_still_failing_after_the_broker_answers_again_is_given_up_soone
     broker again, long before STUCK_SECONDS."""
     import time
 
-    from stream_dedup.service import decisions
+    from stream_dedup.service import txn_calls
     msgs = _messages(EngineConfig())[:10]
     stuck = TxnProducer(failures=10**9)
     stage = _stuck_stage(tmp_path, monkeypatch, stuck)
-    monkeypatch.setattr(decisions, "STUCK_SECONDS", 600.0)
-    monkeypatch.setattr(decisions, "BROKER_BACK_SECONDS", 0.5)
+    monkeypatch.setattr(txn_calls, "STUCK_SECONDS", 600.0)
+    monkeypatch.setattr(txn_calls, "BROKER_BACK_SECONDS", 0.5)
     try:
         stage.probe.answering_since = time.monotonic() + 0.3  # the broker answers again 0.3 s from now
         started = time.monotonic()
