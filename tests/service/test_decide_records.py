@@ -329,15 +329,22 @@ class WaitingConsumer(GroupConsumer):
         return 0, self.end
 
 
+def _watched_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, end: int, clock: Clock) -> DecisionStage:
+    """A stage whose signatures partition ends at ``end``, its stall watch on ``clock``."""
+    from stream_dedup.service.stall import StallWatch
+
+    stage = _stuck_stage(tmp_path, monkeypatch, TxnProducer(failures=0))
+    stage.consumer = WaitingConsumer(stage.topic, end=end)  # type: ignore[assignment]
+    stage.stall = StallWatch(limit=30, report=10, interval=5, clock=clock)
+    return stage
+
+
 def test_a_stage_that_decides_nothing_while_records_wait_decides_again_then_exits(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from stream_dedup.service.deciding import FatalError
-    from stream_dedup.service.stall import StallWatch
 
     clock = Clock()
-    stage = _stuck_stage(tmp_path, monkeypatch, TxnProducer(failures=0))
-    stage.consumer = WaitingConsumer(stage.topic, end=120)  # type: ignore[assignment]
-    stage.stall = StallWatch(limit=30, report=10, interval=5, clock=clock)
+    stage = _watched_stage(tmp_path, monkeypatch, 120, clock)
     try:
         stage._reconcile()
         assert stage.state == "deciding" and stage.consumer.assigned[-1] == [(0, 0)]
@@ -364,12 +371,8 @@ def test_a_stage_that_decides_nothing_while_records_wait_decides_again_then_exit
 
 def test_a_stage_with_nothing_waiting_or_no_broker_is_not_stalled(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from stream_dedup.service.stall import StallWatch
-
     clock = Clock()
-    stage = _stuck_stage(tmp_path, monkeypatch, TxnProducer(failures=0))
-    stage.consumer = WaitingConsumer(stage.topic, end=0)  # type: ignore[assignment]
-    stage.stall = StallWatch(limit=30, report=10, interval=5, clock=clock)
+    stage = _watched_stage(tmp_path, monkeypatch, 0, clock)
     try:
         stage._reconcile()
         for _ in range(20):  # idle: caught up

@@ -160,17 +160,24 @@ class _LaggingConsumer(_Consumer):
         return 0, self.end
 
 
+def _watched(end: int, t: list[float]) -> FingerprintStage:
+    """A stage at offset 10 of partitions ending at ``end``, its stall watch on the clock ``t[0]``."""
+    from stream_dedup.service.stall import StallWatch
+
+    stage = _stage()
+    stage.consumer = _LaggingConsumer(end=end)
+    stage.stall = StallWatch(limit=30, report=10, interval=5, clock=lambda: t[0])
+    stage.start_offsets = {}
+    return stage
+
+
 def test_input_waiting_and_nothing_fetched_for_the_limit_ends_the_stage() -> None:
     import pytest
 
     from stream_dedup.service.deciding import FatalError
-    from stream_dedup.service.stall import StallWatch
 
     t = [0.0]
-    stage = _stage()
-    stage.consumer = _LaggingConsumer(end=30)
-    stage.stall = StallWatch(limit=30, report=10, interval=5, clock=lambda: t[0])
-    stage.start_offsets = {}
+    stage = _watched(30, t)
     for _ in range(3):
         stage._watch_stall()
         t[0] += 5
@@ -186,13 +193,8 @@ def test_input_waiting_and_nothing_fetched_for_the_limit_ends_the_stage() -> Non
 
 
 def test_caught_up_input_is_not_a_stall() -> None:
-    from stream_dedup.service.stall import StallWatch
-
     t = [0.0]
-    stage = _stage()
-    stage.consumer = _LaggingConsumer(end=10)
-    stage.stall = StallWatch(limit=30, report=10, interval=5, clock=lambda: t[0])
-    stage.start_offsets = {}
+    stage = _watched(10, t)
     for _ in range(30):
         stage._watch_stall()
         t[0] += 5
