@@ -241,6 +241,7 @@ class FingerprintStage:
                 self.producer.produce(self.out_topic, value, key, partition=0, on_delivery=sent.delivered)
                 return
             except BufferError:  # the producer's queue is full: the broker is slow; wait for it
+                self.stall.progressed()  # waiting for the broker to take records is not a stall
                 self.producer.poll(0.05)
                 if self._stop.is_set() and self.broker_error is not None:
                     raise FatalError("stopping while the broker does not take records") from None
@@ -320,6 +321,7 @@ class FingerprintStage:
             except KafkaException as exc:
                 log.debug("committed offsets: %s", exc)
         self.progress.watch(self.owned)
+        self.stall.progressed()  # a new assignment: its partitions' clock starts now
         self.assigned_once = True
         if self.client_error is not None:
             log.info("stage 1: joined the group")

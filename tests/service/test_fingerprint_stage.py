@@ -4,11 +4,13 @@ partition no longer owned.  (The loop itself runs against a real broker in tests
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 
 from confluent_kafka import KafkaError
 
 from stream_dedup.service.fingerprint_stage import FingerprintStage, _Sent
+from stream_dedup.service.stall import StallWatch
 
 
 class _Service:
@@ -51,6 +53,7 @@ def _stage(owned=(0, 1, 2)) -> FingerprintStage:
     stage.broker_error = stage.client_error = None
     stage.service, stage.out_topic, stage._next_check = _Service(), "articles.signatures", 0.0
     stage.assigned_once, stage.state = False, "joining the group"
+    stage.stall = StallWatch()
     stage.progress = Exchange({}, "news-dedup", "articles", "articles.signatures", "w-0", 0.0,
                               lambda err: None)  # (off)
     return stage
@@ -162,8 +165,6 @@ class _LaggingConsumer(_Consumer):
 
 def _watched(end: int, t: list[float]) -> FingerprintStage:
     """A stage at offset 10 of partitions ending at ``end``, its stall watch on the clock ``t[0]``."""
-    from stream_dedup.service.stall import StallWatch
-
     stage = _stage()
     stage.consumer = _LaggingConsumer(end=end)
     stage.stall = StallWatch(limit=30, report=10, interval=5, clock=lambda: t[0])
@@ -199,3 +200,27 @@ def test_caught_up_input_is_not_a_stall() -> None:
         stage._watch_stall()
         t[0] += 5
     assert stage.status()["reasons"] == ["waiting for the first partition assignment"]
+
+
+def test_waiting_for_the_broker_to_take_records_is_not_a_stall() -> None:
+    t = [0.0]
+    stage = _watched(30, t)
+
+    class FullQueue:
+        refusals = 3
+
+        def produce(self, *args, **kwargs) -> None:
+            if self.refusals:
+                self.refusals -= 1
+                raise BufferError("queue full")
+
+        def poll(self, timeout: float) -> int:
+            t[0] += 20  # the broker takes its time
+            return 0
+
+    stage.producer = FullQueue()
+    stage._stop = threading.Event()
+    stage._watch_stall()  # records waiting from t=0
+    stage._produce(b"v", b"k", _Sent(stage, 1, {0: 1}))  # 60 s blocked on a full queue
+    stage._watch_stall()  # no FatalError: only the last 20 s count, not the 60
+    assert stage.stall.idle() == 20
