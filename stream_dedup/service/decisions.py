@@ -65,7 +65,7 @@ from . import catchup, kafka_config, txn_calls
 from .broker_probe import BrokerProbe
 from .deciding import Decider, FatalError, open_index, warm_up
 from .receipts import ReceiptSweep
-from .stall import StallWatch
+from .stall import UNOWNED, StallWatch, backlog, pick, unowned_limit
 
 log = logging.getLogger("stream_dedup.service.decisions")
 
@@ -114,6 +114,7 @@ class DecisionStage:
         self.probe = BrokerProbe(service, self.client_conf, self._stop, self.sweep, lambda: self.owned)
         self._last_gauges = 0.0
         self.stall = StallWatch()
+        self.unowned = StallWatch(limit=unowned_limit(service.session_timeout), words=UNOWNED)
         self._rewound_for_stall = False  # the last stall's rewind has not been followed by a commit yet
         self.consumer = Consumer(kafka_config.decisions_consumer_config(service, self.client_conf,
                                                                         error_cb=self._on_error))
@@ -134,9 +135,10 @@ class DecisionStage:
             reasons.append("waiting for the broker to commit a transaction")
         if self.state == "catching up":
             reasons.append("index catching up")
-        stalled = self.stall.reason()
-        if stalled:
-            reasons.append(f"decision stage {stalled}")
+        for watch in (self.stall, self.unowned):
+            stalled = watch.reason()
+            if stalled:
+                reasons.append(f"decision stage {stalled}")
         return {"state": self.state, "owns": self.owned, "index_checkpoint": self.decider.last_applied,
                 "committed_offset": self.committed, "reasons": reasons}
 
@@ -426,8 +428,14 @@ class DecisionStage:
         """Signature records waiting and no transaction committed for :data:`.stall.STALL_SECONDS`
         while the broker answers: decide again from the committed offset (a fresh assignment and
         fetch); if that does not help either, exit: the worker restarts the stage with new clients."""
-        if not self.owned or self.state != "deciding" or self.committed is None or self.probe.error:
-            self.stall.progressed()  # not deciding, or the broker is away: other reasons say why
+        away = bool(self.probe.error) or self.needs_reconcile or self.state in ("reconciling", "catching up")
+        watch = pick(self.stall, self.unowned, away, self.owned)
+        if watch is self.unowned:
+            self._watch_unowned()
+        if watch is not self.stall:
+            return
+        if self.state != "deciding" or self.committed is None:
+            self.stall.progressed()
             return
         try:
             _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=2, cached=False)
@@ -444,6 +452,16 @@ class DecisionStage:
         self._rewound_for_stall = True
         self.stall.progressed()
         self._rewind()
+
+    def _watch_unowned(self) -> None:
+        """Nothing assigned here: signature records waiting and the group's committed offset
+        standing still for :func:`.stall.unowned_limit` s means no member decides (this one may be
+        stuck outside the group): exit, so that the worker restarts the stage and it joins again."""
+        seen = backlog(self.consumer, self.topic, [0])  # (dead owner's pending offsets: no answer in time)
+        if seen is not None and self.unowned.observe(*seen):
+            raise FatalError(f"signatures-0 is not assigned here and no member has committed a decision for "
+                             f"{self.unowned.idle():.0f} s while {seen[0]} signature records wait: "
+                             "restarting the stage to join the group again")
 
     def _broker_trouble(self, message: str) -> None:
         if self.broker_error != message:

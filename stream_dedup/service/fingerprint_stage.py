@@ -46,7 +46,7 @@ from .ordering import OrderBuffer
 from .producer import producer_config
 from .progress import HELD_LONG, Exchange
 from .serialization import reject_record
-from .stall import StallWatch
+from .stall import UNOWNED, StallWatch, backlog, pick, unowned_limit
 
 log = logging.getLogger("stream_dedup.service.stage1")
 
@@ -125,6 +125,7 @@ class FingerprintStage:
         self._lag_labels: set[str] = set()
         self._next_check = 0.0
         self.stall = StallWatch()
+        self.unowned = StallWatch(limit=unowned_limit(service.session_timeout), words=UNOWNED)
         self.consumer = Consumer(kafka_config.stage1_consumer_config(
             service, self.client_conf, member, error_cb=self._on_error, stats_cb=self._on_stats,
             **{"statistics.interval.ms": STATS_INTERVAL_MS}))
@@ -147,9 +148,10 @@ class FingerprintStage:
             reasons.append(self.client_error)
         if not self.assigned_once:
             reasons.append("waiting for the first partition assignment")
-        stalled = self.stall.reason()
-        if stalled:
-            reasons.append(f"stage 1 {stalled}")
+        for watch in (self.stall, self.unowned):
+            stalled = watch.reason()
+            if stalled:
+                reasons.append(f"stage 1 {stalled}")
         return {"state": self.state, "assigned": sorted(f"{self.topic}-{p}" for p in self.owned),
                 "assigned_once": self.assigned_once, "reasons": reasons}
 
@@ -257,21 +259,33 @@ class FingerprintStage:
     def _watch_stall(self) -> None:
         """Input records waiting and none fetched for :data:`.stall.STALL_SECONDS` while the broker
         answers: exit, so that the worker restarts the stage (it reads again from its committed offsets)."""
-        if not self.owned or self.broker_error is not None:
-            self.stall.progressed()  # nothing to fetch, or the broker is away: /readyz says so
+        watch = pick(self.stall, self.unowned, self.broker_error is not None, bool(self.owned))
+        if watch is self.unowned:
+            self._watch_unowned()
+        if watch is not self.stall:
             return
-        waiting = 0
         try:
-            for tp in self.consumer.position([TopicPartition(self.topic, p) for p in sorted(self.owned)]):
-                low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition),
-                                                                timeout=2, cached=False)
-                at = tp.offset if tp.offset >= 0 else self.start_offsets.get(tp.partition, low)
-                waiting += max(0, high - at)
+            at = {tp.partition: tp.offset if tp.offset >= 0 else self.start_offsets.get(tp.partition, -1)
+                  for tp in self.consumer.position([TopicPartition(self.topic, p) for p in sorted(self.owned)])}
         except KafkaException:
             return  # the broker did not answer this time: no verdict
+        seen = backlog(self.consumer, self.topic, sorted(self.owned), at)
+        if seen is None:
+            return
+        waiting = seen[0]
         if self.stall.observe(waiting):
             raise FatalError(f"{waiting} input records waiting and none fetched for {self.stall.idle():.0f} s "
                              "while the broker answers: restarting the stage")
+
+    def _watch_unowned(self) -> None:
+        """Nothing assigned here: input records waiting and the group's committed offsets standing
+        still for :func:`.stall.unowned_limit` s means no member consumes (this one may be stuck
+        outside the group): exit, so that the worker restarts the stage and it joins again."""
+        seen = backlog(self.consumer, self.topic)
+        if seen is not None and seen[1] and self.unowned.observe(*seen):
+            raise FatalError(f"no input partition is assigned here and no member has committed an input offset for "
+                             f"{self.unowned.idle():.0f} s while {seen[0]} records wait: restarting the stage to "
+                             "join the group again")
 
     # ------------------------------------------------------------------ delivery -> stored offsets
     def _store_done(self) -> None:

@@ -387,3 +387,32 @@ def test_a_stage_with_nothing_waiting_or_no_broker_is_not_stalled(tmp_path: Path
         assert not any("stalled" in r for r in stage.status()["reasons"])
     finally:
         stage.dedup.close()
+
+
+def test_a_standby_exits_when_no_member_decides_the_waiting_records(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing assigned here (a session lost in an outage and never rejoined looks the same as a
+    standby): while the group's committed offset moves, another member decides; when it stands
+    still with records waiting for the limit, the stage exits to join the group again."""
+    from stream_dedup.service.deciding import FatalError
+    from stream_dedup.service.stall import UNOWNED, StallWatch
+
+    clock = Clock()
+    stage = _watched_stage(tmp_path, monkeypatch, 100, clock)
+    stage.unowned = StallWatch(limit=60, report=10, interval=5, clock=clock, words=UNOWNED)
+    stage.owned, stage.state = False, "standby"
+    try:
+        for i in range(30):  # 150 s: another member commits as it goes
+            stage.consumer.tp.offset = min(100, 5 * i)
+            stage._housekeeping()
+            clock.t += 5
+        assert stage.status()["reasons"] == []
+        stage.consumer.tp.offset, stage.consumer.end = 40, 140  # ... then nobody does
+        for _ in range(12):
+            stage._housekeeping()
+            clock.t += 5
+        assert any("no member progresses: 100 records waiting" in r for r in stage.status()["reasons"])
+        with pytest.raises(FatalError, match="no member has committed a decision for 60 s"):
+            stage._housekeeping()
+    finally:
+        stage.dedup.close()

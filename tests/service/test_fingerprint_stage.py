@@ -10,7 +10,7 @@ from collections import deque
 from confluent_kafka import KafkaError
 
 from stream_dedup.service.fingerprint_stage import FingerprintStage, _Sent
-from stream_dedup.service.stall import StallWatch
+from stream_dedup.service.stall import UNOWNED, StallWatch
 
 
 class _Service:
@@ -53,7 +53,7 @@ def _stage(owned=(0, 1, 2)) -> FingerprintStage:
     stage.broker_error = stage.client_error = None
     stage.service, stage.out_topic, stage._next_check = _Service(), "articles.signatures", 0.0
     stage.assigned_once, stage.state = False, "joining the group"
-    stage.stall = StallWatch()
+    stage.stall, stage.unowned = StallWatch(), StallWatch(limit=60)
     stage.progress = Exchange({}, "news-dedup", "articles", "articles.signatures", "w-0", 0.0,
                               lambda err: None)  # (off)
     return stage
@@ -224,3 +224,41 @@ def test_waiting_for_the_broker_to_take_records_is_not_a_stall() -> None:
     stage._produce(b"v", b"k", _Sent(stage, 1, {0: 1}))  # 60 s blocked on a full queue
     stage._watch_stall()  # no FatalError: only the last 20 s count, not the 60
     assert stage.stall.idle() == 20
+
+
+class _GroupView(_LaggingConsumer):
+    """A member with nothing assigned: the topic's 3 partitions, the group's committed offsets."""
+
+    def __init__(self, end: int) -> None:
+        super().__init__(end)
+        self.at = [10, 10, 10]
+
+    def list_topics(self, topic, timeout: float = 0):
+        from types import SimpleNamespace
+        return SimpleNamespace(topics={topic: SimpleNamespace(partitions={0: None, 1: None, 2: None}, error=None)})
+
+    def committed(self, partitions, timeout: float = 0):
+        from confluent_kafka import TopicPartition
+        return [TopicPartition(tp.topic, tp.partition, self.at[tp.partition]) for tp in partitions]
+
+
+def test_a_member_outside_the_group_exits_when_nobody_consumes() -> None:
+    import pytest
+
+    from stream_dedup.service.deciding import FatalError
+
+    t = [0.0]
+    stage = _watched(30, t)
+    stage.consumer = _GroupView(end=30)
+    stage.unowned = StallWatch(limit=60, report=10, interval=5, clock=lambda: t[0], words=UNOWNED)
+    stage.owned = set()  # lost in an outage, or a standby: the same from here
+    for i in range(30):  # another member consumes partition 1
+        stage.consumer.at[1] = 10 + i
+        stage._watch_stall()
+        t[0] += 5
+    for _ in range(11):  # nobody consumes (partition 1 is caught up; 0 and 2 wait)
+        stage._watch_stall()
+        t[0] += 5
+    assert any("no member progresses: 40 records waiting" in r for r in stage.status()["reasons"])
+    with pytest.raises(FatalError, match="no member has committed an input offset for 60 s while 40 records wait"):
+        stage._watch_stall()
