@@ -236,6 +236,8 @@ def _stuck_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, producer: TxnP
     monkeypatch.setattr(txn_calls, "STUCK_SECONDS", 0.5)
     stage = _stage(tmp_path, "stuck", EngineConfig())
     stage.consumer.close()
+    # the real consumer (of a broker that is not there) may have reported that while closing
+    stage.broker_error = None
     stage.consumer = GroupConsumer(stage.topic, 0)  # type: ignore[assignment]
     stage.producer = producer  # type: ignore[assignment]
     stage.owned = True
