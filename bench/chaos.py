@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import sys
@@ -231,6 +232,9 @@ def main() -> int:
     except SystemExit:
         print(f"the worker did not become ready again; the last lines of {worker.log.name}:")
         print("\n".join(Path(worker.log.name).read_text(errors="replace").splitlines()[-40:]))
+        kept = Path(tempfile.gettempdir()) / f"{prefix}-worker.log"
+        shutil.copy(worker.log.name, kept)  # the data dir is removed below
+        print(f"the whole log: {kept}")
         raise
     finally:
         for w in workers:

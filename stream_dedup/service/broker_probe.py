@@ -38,6 +38,7 @@ class BrokerProbe:
         self.error: str | None = None  # set and cleared by the probe only
         #: since when (time.monotonic()) the broker has answered every probe; None while it does not
         self.answering_since: float | None = None
+        self.last_answer: float | None = None  # monotonic time of the last answer
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="stream-dedup-broker-probe", daemon=True).start()
@@ -57,6 +58,7 @@ class BrokerProbe:
         while not self._stop.wait(PROBE_INTERVAL):
             try:
                 admin.list_topics(self.topic, timeout=PROBE_INTERVAL)
+                self.last_answer = time.monotonic()
                 if self.error is not None:
                     log.info("decision stage: the broker answers again")
                     self.error = None

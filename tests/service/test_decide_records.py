@@ -418,3 +418,22 @@ def test_a_standby_exits_when_no_member_decides_the_waiting_records(tmp_path: Pa
             stage._housekeeping()
     finally:
         stage.dedup.close()
+
+
+def test_a_client_error_ends_when_the_probe_answers_after_it_even_without_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an outage an idle stage (the feed has ended) stays not ready only until the broker
+    probe answers again, not until the next record."""
+    import time
+
+    stage = _stuck_stage(tmp_path, monkeypatch, TxnProducer(failures=0))
+    try:
+        stage.probe.last_answer = time.monotonic()
+        stage._broker_trouble('KafkaError{code=_ALL_BROKERS_DOWN,val=-187,str="1/1 brokers are down"}')
+        stage._housekeeping()  # the probe's last answer came before the error: it stands
+        assert any("brokers are down" in r for r in stage.status()["reasons"])
+        stage.probe.last_answer = time.monotonic() + 0.001  # the probe hears the broker
+        stage._housekeeping()
+        assert stage.broker_error is None and not any("broker" in r for r in stage.status()["reasons"])
+    finally:
+        stage.dedup.close()
