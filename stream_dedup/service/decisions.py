@@ -66,6 +66,7 @@ from .broker_probe import BrokerProbe
 from .deciding import Decider, FatalError, open_index, warm_up
 from .receipts import ReceiptSweep
 from .stall import UNOWNED, StallWatch, backlog, pick, unowned_limit
+from .stall import reasons as stall_reasons
 
 log = logging.getLogger("stream_dedup.service.decisions")
 
@@ -136,10 +137,7 @@ class DecisionStage:
             reasons.append("waiting for the broker to commit a transaction")
         if self.state == "catching up":
             reasons.append("index catching up")
-        for watch in (self.stall, self.unowned):
-            stalled = watch.reason()
-            if stalled:
-                reasons.append(f"decision stage {stalled}")
+        reasons += stall_reasons("decision stage", self.stall, self.unowned)
         return {"state": self.state, "owns": self.owned, "index_checkpoint": self.decider.last_applied,
                 "committed_offset": self.committed, "reasons": reasons}
 
@@ -439,15 +437,13 @@ class DecisionStage:
         if self.state != "deciding" or self.committed is None:
             self.stall.progressed()
             return
-        try:
-            _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=2, cached=False)
-        except KafkaException:
-            return  # the broker did not answer this time: no verdict
-        if not self.stall.observe(high - self.committed):
-            return
+        seen = backlog(self.consumer, self.topic, [0], {0: self.committed})
+        if seen is None or not self.stall.observe(seen[0]):
+            return  # no verdict (the broker did not answer), or no stall
+        waiting = seen[0]
         self.metrics.decision_stalls.inc()
-        what = (f"no transaction committed for {self.stall.idle():.0f} s with {high - self.committed} signature "
-                f"records waiting (committed offset {self.committed}, end {high})")
+        what = (f"no transaction committed for {self.stall.idle():.0f} s with {waiting} signature records "
+                f"waiting (committed offset {self.committed}, end {self.committed + waiting})")
         if self._rewound_for_stall:
             raise FatalError(f"{what}, even after deciding again from the committed offset")
         log.error("decision stage: %s: deciding again from the committed offset", what)

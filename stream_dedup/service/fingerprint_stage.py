@@ -47,6 +47,7 @@ from .producer import producer_config
 from .progress import HELD_LONG, Exchange
 from .serialization import reject_record
 from .stall import UNOWNED, StallWatch, backlog, pick, unowned_limit
+from .stall import reasons as stall_reasons
 
 log = logging.getLogger("stream_dedup.service.stage1")
 
@@ -148,10 +149,7 @@ class FingerprintStage:
             reasons.append(self.client_error)
         if not self.assigned_once:
             reasons.append("waiting for the first partition assignment")
-        for watch in (self.stall, self.unowned):
-            stalled = watch.reason()
-            if stalled:
-                reasons.append(f"stage 1 {stalled}")
+        reasons += stall_reasons("stage 1", self.stall, self.unowned)
         return {"state": self.state, "assigned": sorted(f"{self.topic}-{p}" for p in self.owned),
                 "assigned_once": self.assigned_once, "reasons": reasons}
 

@@ -108,6 +108,11 @@ class StallWatch:
         return self.words.format(waiting=self.waiting, idle=idle)
 
 
+def reasons(label: str, *watches: StallWatch) -> list[str]:
+    """The ``/readyz`` reasons of a stage's watches, each after the stage's ``label``."""
+    return [f"{label} {r}" for r in (w.reason() for w in watches) if r]
+
+
 def pick(stall: StallWatch, unowned: StallWatch, away: bool, owned: bool) -> StallWatch | None:
     """Which of a stage's two watches to feed now: ``stall`` while it owns partitions, ``unowned``
     while it owns none, neither while ``away`` (the broker does not answer, or the stage is
