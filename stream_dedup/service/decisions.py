@@ -65,6 +65,7 @@ from . import catchup, kafka_config, txn_calls
 from .broker_probe import BrokerProbe
 from .deciding import Decider, FatalError, open_index, warm_up
 from .receipts import ReceiptSweep
+from .rejoin import RejoinWatch, rejoin_limit
 from .stall import UNOWNED, StallWatch, backlog, pick, unowned_limit
 from .stall import reasons as stall_reasons
 
@@ -117,6 +118,7 @@ class DecisionStage:
         self._last_gauges = 0.0
         self.stall = StallWatch()
         self.unowned = StallWatch(limit=unowned_limit(service.session_timeout), words=UNOWNED)
+        self.rejoin = RejoinWatch(rejoin_limit(service.session_timeout))
         self._rewound_for_stall = False  # the last stall's rewind has not been followed by a commit yet
         self.consumer = Consumer(kafka_config.decisions_consumer_config(service, self.client_conf,
                                                                         error_cb=self._on_error))
@@ -138,6 +140,8 @@ class DecisionStage:
         if self.state == "catching up":
             reasons.append("index catching up")
         reasons += stall_reasons("decision stage", self.stall, self.unowned)
+        if self.rejoin.out:
+            reasons.append(f"decision stage: {self.rejoin.reason()}")
         return {"state": self.state, "owns": self.owned, "index_checkpoint": self.decider.last_applied,
                 "committed_offset": self.committed, "reasons": reasons}
 
@@ -174,6 +178,7 @@ class DecisionStage:
         owns = any(p.topic == self.topic and p.partition == 0 for p in partitions)
         log.info("decision stage: %s", "assigned signatures-0" if owns else "standby (nothing assigned)")
         self.owned = owns
+        self.rejoin.assigned()
         self.needs_reconcile = owns
         self.state = "reconciling" if owns else "standby"
         consumer.assign([])  # the real assignment, with its start offset, follows the catch-up
@@ -197,6 +202,8 @@ class DecisionStage:
         log.warning("decision stage: signatures-0 lost (session expired)")
         self._abort_open()  # never commit for a generation that is gone
         self._release()
+        self.rejoin.lost()
+        self.state = "rejoining"
 
     def _abort_open(self) -> None:
         if self._txn is not None and self.producer is not None:
@@ -400,6 +407,8 @@ class DecisionStage:
     def _housekeeping(self) -> None:
         now = time.monotonic()
         self._broker_back()
+        if self.rejoin.overdue(not self.probe.error):
+            raise FatalError(self.rejoin.give_up())
         if self.stall.due():
             self._watch_stall()
         if self.sweep.apply(self.dedup, self.committed):
@@ -490,10 +499,7 @@ class DecisionStage:
 
     def _close(self) -> None:
         self._stop.set()
-        try:
-            self.consumer.close()
-        except Exception:  # noqa: BLE001
-            log.debug("consumer close failed", exc_info=True)
+        kafka_config.close_consumer(self.consumer, "decision stage")
         self._drop_producer()
         self.dedup.close()
 

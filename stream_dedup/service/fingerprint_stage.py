@@ -18,7 +18,7 @@ crash the records after it are sent again (the decision stage answers each input
 partition never passes a record the order buffer still holds.  On revocation the stage waits
 for its records in flight, stores and commits their offsets synchronously, and drops what the
 merge still holds (the partition's next owner reads it again); on a lost assignment it commits
-nothing.
+nothing, and a member that is then not let back into the group is restarted (:mod:`.rejoin`).
 
 Why not Faust here: ``bench/consume_cost.py`` measured the CPU one record costs to consume from a
 3-partition topic: a Faust agent ~160 µs, aiokafka alone ~10 µs, confluent-kafka ~2.5 µs.  At the
@@ -45,6 +45,7 @@ from .deciding import FatalError
 from .ordering import OrderBuffer
 from .producer import producer_config
 from .progress import HELD_LONG, Exchange
+from .rejoin import RejoinWatch, rejoin_limit
 from .serialization import reject_record
 from .stall import UNOWNED, StallWatch, backlog, pick, unowned_limit
 from .stall import reasons as stall_reasons
@@ -127,6 +128,7 @@ class FingerprintStage:
         self._next_check = 0.0
         self.stall = StallWatch()
         self.unowned = StallWatch(limit=unowned_limit(service.session_timeout), words=UNOWNED)
+        self.rejoin = RejoinWatch(rejoin_limit(service.session_timeout))
         self.consumer = Consumer(kafka_config.stage1_consumer_config(
             service, self.client_conf, member, error_cb=self._on_error, stats_cb=self._on_stats,
             **{"statistics.interval.ms": STATS_INTERVAL_MS}))
@@ -150,6 +152,8 @@ class FingerprintStage:
         if not self.assigned_once:
             reasons.append("waiting for the first partition assignment")
         reasons += stall_reasons("stage 1", self.stall, self.unowned)
+        if self.rejoin.out:
+            reasons.append(f"stage 1: {self.rejoin.reason()}")
         return {"state": self.state, "assigned": sorted(f"{self.topic}-{p}" for p in self.owned),
                 "assigned_once": self.assigned_once, "reasons": reasons}
 
@@ -163,6 +167,7 @@ class FingerprintStage:
                 msgs = self._fetch(int(self.service.batch_size), HOLD_WAIT if self.order.size else IDLE_WAIT)
                 if self.client_fatal:
                     raise FatalError(f"Kafka client: {self.client_fatal}")
+                self._watch_rejoin()
                 if msgs:
                     self.order.add((m.partition(), m.offset(), self._timestamp_ms(m), m) for m in msgs)
                 self.progress.tick(self.producer, self.owned, self._watermarks)
@@ -275,6 +280,18 @@ class FingerprintStage:
             raise FatalError(f"{waiting} input records waiting and none fetched for {self.stall.idle():.0f} s "
                              "while the broker answers: restarting the stage")
 
+    def _watch_rejoin(self) -> None:
+        """Partitions lost and no assignment since, for :func:`.rejoin.rejoin_limit` s of the broker
+        answering: exit, so that the worker restarts the stage with a new client (librdkafka#3437)."""
+        if not self.rejoin.overdue(self.broker_error is None):
+            return
+        try:  # a frozen broker may have raised no client error yet: ask it (once per limit)
+            self.producer.list_topics(self.out_topic, timeout=2.0)
+        except KafkaException:
+            self.rejoin.overdue(False)  # no answer: the clock starts again
+            return
+        raise FatalError(self.rejoin.give_up())
+
     def _watch_unowned(self) -> None:
         """Nothing assigned here: input records waiting and the group's committed offsets standing
         still for :func:`.stall.unowned_limit` s means no member consumes (this one may be stuck
@@ -334,6 +351,7 @@ class FingerprintStage:
                 log.debug("committed offsets: %s", exc)
         self.progress.watch(self.owned)
         self.stall.progressed()  # a new assignment: its partitions' clock starts now
+        self.rejoin.assigned()
         self.assigned_once = True
         if self.client_error is not None:
             log.info("stage 1: joined the group")
@@ -375,6 +393,7 @@ class FingerprintStage:
             sent.dropped = True  # never store for a generation that is gone
         self.owned = set()
         self.order.forget(set())
+        self.rejoin.lost()
         self.state = "rebalancing"
 
     # ------------------------------------------------------------------ health and gauges
@@ -448,8 +467,6 @@ class FingerprintStage:
         if clean:
             self._flush_held()
             self._drain(FLUSH_TIMEOUT)
-        try:
-            self.consumer.close()  # commits the stored offsets (a static member keeps its partitions)
-        except Exception:  # noqa: BLE001
-            log.debug("consumer close failed", exc_info=True)
+        # commits the stored offsets (a static member keeps its partitions)
+        kafka_config.close_consumer(self.consumer, "stage 1")
         self.progress.close()

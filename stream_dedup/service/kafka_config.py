@@ -27,7 +27,9 @@ Nothing here logs; :func:`describe` gives a log-safe summary (the password is ne
 
 from __future__ import annotations
 
+import logging
 import ssl
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +82,34 @@ def consume_available(consumer: Any, most: int, wait: float) -> list[Any]:
         if msgs and most > 1:
             msgs += consumer.consume(most - 1, timeout=0)
     return msgs
+
+
+#: seconds a consumer's close() is given (it commits stored offsets and leaves the group)
+CLOSE_SECONDS = 10.0
+
+
+def close_consumer(consumer: Any, label: str, timeout: float = CLOSE_SECONDS) -> bool:
+    """Close ``consumer`` within ``timeout`` s; False if it did not finish (it is left behind).
+
+    A consumer stuck outside its group (librdkafka#3437) hangs in ``close()`` waiting for a group
+    state that never comes; seen here: a stage 1 that gave up on rejoining never exited, so the
+    worker never restarted it.  The close runs on a daemon thread and the stage's process exits
+    without it (:func:`.stage_process.child_main` ends with ``os._exit``)."""
+    done = threading.Event()
+
+    def close() -> None:
+        try:
+            consumer.close()
+        except Exception:  # noqa: BLE001 - a close that fails has nothing left to do
+            logging.getLogger("stream_dedup.service").debug("%s: consumer close failed", label, exc_info=True)
+        done.set()
+
+    threading.Thread(target=close, name="consumer-close", daemon=True).start()
+    if done.wait(timeout):
+        return True
+    logging.getLogger("stream_dedup.service").warning(
+        "%s: the consumer did not close in %.0f s (a client stuck outside its group); leaving it", label, timeout)
+    return False
 
 
 #: the clients stage 1 can consume articles with (``--stage1-client``)

@@ -114,7 +114,12 @@ def child_main(kind: str, member: int, service: ServiceConfig, engine: EngineCon
     code = stage.run()
     with contextlib.suppress(OSError, ValueError):
         conn.send({"status": stage.status(), "metrics": list(metrics.registry.collect())})
-    sys.exit(code)
+    # the stage has closed what it owns; an interpreter shutdown would also destroy each Kafka
+    # client, which hangs on one stuck outside its group (librdkafka#3437): leave without it
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class StageProcess:

@@ -143,19 +143,22 @@ def test_broker_frozen_20s_worker_recovers_by_itself(kio, kafka_topics, worker_t
     os.kill(pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
     try:
-        not_ready, noticed = None, None
+        # (when each 503 came, its reasons): the first may name a symptom (a commit waiting, the
+        # partitions lost) before the broker probe's own timeout names the cause; both must come soon
+        seen: list[tuple[float, list[str]]] = []
         while time.monotonic() < frozen_at + 20:
             status, body = w.readyz()
-            if status == 503 and not_ready is None:
-                not_ready, noticed = body, time.monotonic() - frozen_at
+            if status == 503:
+                seen.append((time.monotonic() - frozen_at, body.get("reasons", [])))
             assert w.alive(), w.log_tail()
             time.sleep(0.5)
     finally:
         os.kill(pid, signal.SIGCONT)
-    assert not_ready is not None, "the worker stayed ready while the broker was frozen"
-    print(f"not ready {noticed:.1f} s after the freeze: {not_ready.get('reasons')}")
-    assert noticed < 8, noticed
-    assert any("cannot reach the broker" in r for r in not_ready["reasons"]), not_ready
+    assert seen, "the worker stayed ready while the broker was frozen"
+    print(f"not ready {seen[0][0]:.1f} s after the freeze: {seen[0][1]}")
+    assert seen[0][0] < 8, seen[0]
+    said = [at for at, reasons in seen if any("cannot reach the broker" in r for r in reasons)]
+    assert said and said[0] < 8, seen[:12]
     w.wait_ready(timeout=120)
     feed.join(timeout=180)
     assert w.alive(), w.log_tail()

@@ -437,3 +437,36 @@ def test_a_client_error_ends_when_the_probe_answers_after_it_even_without_record
         assert stage.broker_error is None and not any("broker" in r for r in stage.status()["reasons"])
     finally:
         stage.dedup.close()
+
+
+def test_a_stage_not_let_back_after_losing_signatures_0_exits(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka#3437: a static member whose session expired in an outage can stay outside the
+    group for good. Not ready from the loss on; after the limit of the broker answering (the
+    outage itself does not count) the stage exits and its restart joins with a new client."""
+    from stream_dedup.service.deciding import FatalError
+    from stream_dedup.service.rejoin import RejoinWatch
+
+    clock = Clock()
+    stage = _watched_stage(tmp_path, monkeypatch, 0, clock)
+    stage.rejoin = RejoinWatch(36, clock=clock)
+    try:
+        stage._reconcile()
+        stage._on_lost(stage.consumer, [])
+        assert stage.state == "rejoining" and not stage.owned
+        stage.probe.error = "no answer from the broker in 2 s"
+        for _ in range(20):
+            stage._housekeeping()
+            clock.t += 5
+        stage.probe.error = None
+        for _ in range(7):
+            stage._housekeeping()
+            clock.t += 5
+        assert any("partitions lost 135 s ago, not assigned again yet" in r for r in stage.status()["reasons"])
+        with pytest.raises(FatalError, match="not assigned again in 36 s of the broker answering"):
+            stage._housekeeping()
+        stage._on_assign(stage.consumer, [])  # had it rejoined (as a standby): ready, no exit
+        assert stage.state == "standby" and stage.status()["reasons"] == []
+        stage._housekeeping()
+    finally:
+        stage.dedup.close()

@@ -10,6 +10,7 @@ from collections import deque
 from confluent_kafka import KafkaError
 
 from stream_dedup.service.fingerprint_stage import FingerprintStage, _Sent
+from stream_dedup.service.rejoin import RejoinWatch
 from stream_dedup.service.stall import UNOWNED, StallWatch
 
 
@@ -32,6 +33,9 @@ class _Producer:
     def flush(self, timeout: float) -> int:
         return self.left
 
+    def list_topics(self, topic, timeout):
+        return None
+
 
 class _Msg:
     def topic(self) -> str:
@@ -53,7 +57,7 @@ def _stage(owned=(0, 1, 2)) -> FingerprintStage:
     stage.broker_error = stage.client_error = None
     stage.service, stage.out_topic, stage._next_check = _Service(), "articles.signatures", 0.0
     stage.assigned_once, stage.state = False, "joining the group"
-    stage.stall, stage.unowned = StallWatch(), StallWatch(limit=60)
+    stage.stall, stage.unowned, stage.rejoin = StallWatch(), StallWatch(limit=60), RejoinWatch(36)
     stage.progress = Exchange({}, "news-dedup", "articles", "articles.signatures", "w-0", 0.0,
                               lambda err: None)  # (off)
     return stage
@@ -262,3 +266,56 @@ def test_a_member_outside_the_group_exits_when_nobody_consumes() -> None:
     assert any("no member progresses: 40 records waiting" in r for r in stage.status()["reasons"])
     with pytest.raises(FatalError, match="no member has committed an input offset for 60 s while 40 records wait"):
         stage._watch_stall()
+
+
+def test_a_member_not_let_back_after_losing_its_partitions_is_not_ready_then_exits() -> None:
+    """librdkafka#3437 (seen on CI after a 20 s broker freeze): stage 1's partitions were lost and,
+    the broker answering again, never assigned again; /readyz said ready. Now it says why not and,
+    after the limit of the broker answering, the stage exits to be restarted with a new client."""
+    import pytest
+
+    from stream_dedup.service.deciding import FatalError
+
+    t = [0.0]
+    stage = _stage()
+    stage.rejoin = RejoinWatch(36, clock=lambda: t[0])
+    stage.assigned_once = True
+    stage._on_lost(None, [])
+    assert stage.owned == set() and stage.state == "rebalancing"
+    stage.broker_error = "1/1 brokers are down"
+    for _ in range(20):  # the outage: nobody rejoins during it, the clock waits
+        stage._watch_rejoin()
+        t[0] += 5
+    assert any("partitions lost 100 s ago, not assigned again yet" in r for r in stage.status()["reasons"])
+    stage.broker_error = None
+    for _ in range(7):  # 35 s with no client error
+        stage._watch_rejoin()
+        t[0] += 5
+
+    class Frozen(_Producer):
+        def list_topics(self, topic, timeout):
+            from confluent_kafka import KafkaException
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    stage.producer = Frozen()
+    stage._watch_rejoin()  # no client error yet, but the broker does not answer: the clock starts again
+    for _ in range(7):
+        t[0] += 5
+        stage._watch_rejoin()
+    stage.producer = _Producer()
+    with pytest.raises(FatalError, match="not assigned again in 36 s of the broker answering"):
+        t[0] += 1
+        stage._watch_rejoin()
+
+
+def test_an_assignment_after_a_loss_ends_the_rejoin_watch() -> None:
+    t = [0.0]
+    stage = _stage()
+    stage.rejoin = RejoinWatch(36, clock=lambda: t[0])
+    stage.assigned_once = True
+    stage._on_lost(None, [])
+    t[0] += 20
+    stage._on_assign(None, [])  # rejoined as a standby (an empty assignment)
+    assert stage.state == "standby" and stage.status()["reasons"] == []
+    t[0] += 100
+    stage._watch_rejoin()  # no error

@@ -128,3 +128,33 @@ def test_invalid_security_settings_stop_the_worker(caplog, tmp_path):
     svc = ServiceConfig(security_protocol="SASL_SSL", sasl_password=SECRET, data_dir=str(tmp_path))
     assert service.run_worker(svc, EngineConfig()) == 2
     assert SECRET not in caplog.text
+
+
+def test_a_consumer_that_hangs_in_close_is_left_behind_in_time(caplog) -> None:
+    """A client stuck outside its group hangs in close() (seen: a stage that never exited, so the
+    worker never restarted it); the stage goes on without it after the timeout."""
+    import threading
+    import time
+
+    from stream_dedup.service.kafka_config import close_consumer
+
+    release = threading.Event()
+
+    class Stuck:
+        closed = False
+
+        def close(self) -> None:
+            release.wait(30)
+            self.closed = True
+
+    class Fine(Stuck):
+        def close(self) -> None:
+            self.closed = True
+
+    fine = Fine()
+    assert close_consumer(fine, "stage 1", timeout=5) and fine.closed
+    started = time.monotonic()
+    assert not close_consumer(Stuck(), "stage 1", timeout=0.3)
+    assert time.monotonic() - started < 5
+    assert "stage 1: the consumer did not close in 0 s" in caplog.text
+    release.set()
