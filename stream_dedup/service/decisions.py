@@ -499,7 +499,9 @@ class DecisionStage:
 
     def _close(self) -> None:
         self._stop.set()
-        kafka_config.close_consumer(self.consumer, "decision stage")
+        # out of the group (lost, not let back in) a consumer has nothing to commit or leave
+        kafka_config.close_consumer(self.consumer, "decision stage",
+                                    1.0 if self.rejoin.out else kafka_config.CLOSE_SECONDS)
         self._drop_producer()
         self.dedup.close()
 

@@ -468,5 +468,5 @@ class FingerprintStage:
             self._flush_held()
             self._drain(FLUSH_TIMEOUT)
         # commits the stored offsets (a static member keeps its partitions)
-        kafka_config.close_consumer(self.consumer, "stage 1")
+        kafka_config.close_consumer(self.consumer, "stage 1", 1.0 if self.rejoin.out else kafka_config.CLOSE_SECONDS)
         self.progress.close()
