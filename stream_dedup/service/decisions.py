@@ -64,6 +64,7 @@ from stream_dedup.metrics import Metrics
 from . import catchup, kafka_config, txn_calls
 from .broker_probe import BrokerProbe
 from .deciding import Decider, FatalError, open_index, warm_up
+from .index_upkeep import IndexUpkeep
 from .receipts import ReceiptSweep
 from .rejoin import RejoinWatch, rejoin_limit
 from .stall import UNOWNED, StallWatch, backlog, pick, unowned_limit
@@ -71,11 +72,8 @@ from .stall import reasons as stall_reasons
 
 log = logging.getLogger("stream_dedup.service.decisions")
 
-#: seconds between retention sweeps when idle, and between lag gauge updates
-EVICT_INTERVAL = 60.0
 #: longest the loop waits for a first record before its housekeeping (returns at once when one arrives)
 IDLE_WAIT = 0.1
-GAUGE_INTERVAL = 2.0
 #: a transaction commit taking longer than this makes the stage report "waiting for the broker"
 SLOW_COMMIT = 3.0
 @dataclass(slots=True)
@@ -112,10 +110,9 @@ class DecisionStage:
         self._txn: _Transaction | None = None
         self.fatal: str | None = None
         self.client_fatal: str | None = None  # a fatal librdkafka error: this consumer is unusable
-        self._last_evict = time.monotonic()
         self.sweep = ReceiptSweep(service)
+        self.upkeep = IndexUpkeep(self.dedup, self.metrics, self.sweep, engine.retention)
         self.probe = BrokerProbe(service, self.client_conf, self._stop, self.sweep, lambda: self.owned)
-        self._last_gauges = 0.0
         self.stall = StallWatch()
         self.unowned = StallWatch(limit=unowned_limit(service.session_timeout), words=UNOWNED)
         self.rejoin = RejoinWatch(rejoin_limit(service.session_timeout))
@@ -405,33 +402,16 @@ class DecisionStage:
                 producer.poll(0.05)
 
     def _housekeeping(self) -> None:
-        now = time.monotonic()
         self._broker_back()
         if self.rejoin.overdue(not self.probe.error):
             raise FatalError(self.rejoin.give_up())
         if self.stall.due():
             self._watch_stall()
-        if self.sweep.apply(self.dedup, self.committed):
-            self.metrics.receipt_sweeps.inc()
-            log.debug("receipt sweep: dropped receipts below input offsets %s", self.sweep.done)
-        if self.engine_config.retention and now - self._last_evict >= EVICT_INTERVAL:
-            self._last_evict = now
-            n = self.dedup.evict_expired(time.time())
-            if n:
-                self.metrics.evictions.inc(n)
-                log.info("evicted %d articles older than the retention window", n)
-        if now - self._last_gauges >= GAUGE_INTERVAL:
-            self._last_gauges = now
-            try:
-                self.metrics.index_articles.set(len(self.dedup))
-                self.metrics.index_size_bytes.set(self.dedup.disk_bytes())
-                self.metrics.observe_memory(self.dedup.memory_stats())
-                if self.owned and self.committed is not None:
-                    _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), cached=True)
-                    if high >= 0:
-                        self.metrics.consumer_lag.labels(self.topic, "0").set(max(0, high - self.committed))
-            except Exception:  # noqa: BLE001 - gauges must never break the stage
-                log.debug("gauges failed", exc_info=True)
+        self.upkeep.run(self.committed, self._end_offset if self.owned else None, self.topic)
+
+    def _end_offset(self) -> int | None:
+        _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), cached=True)
+        return high
 
     def _watch_stall(self) -> None:
         """Signature records waiting and no transaction committed for :data:`.stall.STALL_SECONDS`

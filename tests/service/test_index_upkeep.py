@@ -1,0 +1,68 @@
+"""The decision stage's index upkeep: retention on its interval, gauges, and a failing gauge that
+never stops the stage."""
+
+from __future__ import annotations
+
+from stream_dedup.metrics import Metrics
+from stream_dedup.service.index_upkeep import EVICT_INTERVAL, GAUGE_INTERVAL, IndexUpkeep
+
+
+class Index:
+    def __init__(self) -> None:
+        self.evicted = 0
+        self.broken = False
+
+    def __len__(self) -> int:
+        return 40
+
+    def disk_bytes(self) -> int:
+        if self.broken:
+            raise OSError("disk gone")
+        return 4096
+
+    def memory_stats(self) -> dict:
+        return dict.fromkeys(("memory_budget_bytes", "block_cache_usage_bytes", "band_table_bytes",
+                              "passage_lists_bytes", "simhash_table_bytes", "block_cache_hits",
+                              "block_cache_misses"), 7)
+
+    def evict_expired(self, now: float) -> int:
+        self.evicted += 1
+        return 3
+
+
+class NoSweep:
+    done = None
+
+    def apply(self, dedup, committed) -> bool:
+        return False
+
+
+def _value(metric) -> float:
+    return metric._value.get()
+
+
+def test_retention_runs_on_its_interval_and_the_gauges_follow_the_index() -> None:
+    t = [1000.0]
+    index, metrics = Index(), Metrics()
+    upkeep = IndexUpkeep(index, metrics, NoSweep(), retention=3600.0, clock=lambda: t[0])
+    upkeep.run(120, lambda: 150, "sig")
+    assert index.evicted == 0  # not before the first interval
+    assert _value(metrics.index_articles) == 40 and _value(metrics.index_size_bytes) == 4096
+    assert metrics.consumer_lag.labels("sig", "0")._value.get() == 30
+    t[0] += EVICT_INTERVAL
+    upkeep.run(150, None, "sig")  # not owned here: the lag gauge is left alone
+    assert index.evicted == 1 and _value(metrics.evictions) == 3
+    assert metrics.consumer_lag.labels("sig", "0")._value.get() == 30
+    t[0] += 1
+    upkeep.run(150, None, "sig")
+    assert index.evicted == 1
+
+
+def test_a_failing_gauge_does_not_stop_the_stage() -> None:
+    t = [0.0]
+    index = Index()
+    index.broken = True
+    upkeep = IndexUpkeep(index, Metrics(), NoSweep(), retention=None, clock=lambda: t[0])
+    t[0] += GAUGE_INTERVAL
+    upkeep.run(None, None, "sig")  # no exception
+    assert index.evicted == 0  # no retention configured
