@@ -116,6 +116,7 @@ class DecisionStage:
         self.stall = StallWatch()
         self.unowned = StallWatch(limit=unowned_limit(service.session_timeout), words=UNOWNED)
         self.rejoin = RejoinWatch(rejoin_limit(service.session_timeout))
+        self.group_view: Consumer | None = None  # (:meth:`_group_view`)
         self._rewound_for_stall = False  # the last stall's rewind has not been followed by a commit yet
         self.consumer = Consumer(kafka_config.decisions_consumer_config(service, self.client_conf,
                                                                         error_cb=self._on_error))
@@ -426,7 +427,7 @@ class DecisionStage:
         if self.state != "deciding" or self.committed is None:
             self.stall.progressed()
             return
-        seen = backlog(self.consumer, self.topic, [0], {0: self.committed})
+        seen = backlog(self._group_view(), self.topic, [0], {0: self.committed})
         if seen is None or not self.stall.observe(seen[0]):
             return  # no verdict (the broker did not answer), or no stall
         waiting = seen[0]
@@ -444,11 +445,18 @@ class DecisionStage:
         """Nothing assigned here: signature records waiting and the group's committed offset
         standing still for :func:`.stall.unowned_limit` s means no member decides (this one may be
         stuck outside the group): exit, so that the worker restarts the stage and it joins again."""
-        seen = backlog(self.consumer, self.topic, [0])  # (dead owner's pending offsets: no answer in time)
+        seen = backlog(self._group_view(), self.topic, [0])  # (dead owner's pending offsets: no answer in time)
         if seen is not None and self.unowned.observe(*seen):
             raise FatalError(f"signatures-0 is not assigned here and no member has committed a decision for "
                              f"{self.unowned.idle():.0f} s while {seen[0]} signature records wait: "
                              "restarting the stage to join the group again")
+
+    def _group_view(self) -> Any:
+        """The client the watches ask the broker with (made when first needed)."""
+        if self.group_view is None:
+            self.group_view = Consumer(kafka_config.group_view_config(self.client_conf,
+                                                                      kafka_config.decisions_group(self.service)))
+        return self.group_view
 
     def _broker_trouble(self, message: str) -> None:
         if self.broker_error != message:
@@ -482,6 +490,8 @@ class DecisionStage:
         # out of the group (lost, not let back in) a consumer has nothing to commit or leave
         kafka_config.close_consumer(self.consumer, "decision stage",
                                     1.0 if self.rejoin.out else kafka_config.CLOSE_SECONDS)
+        if self.group_view is not None:
+            kafka_config.close_consumer(self.group_view, "decision stage (group view)", 1.0)
         self._drop_producer()
         self.dedup.close()
 

@@ -129,6 +129,7 @@ class FingerprintStage:
         self.stall = StallWatch()
         self.unowned = StallWatch(limit=unowned_limit(service.session_timeout), words=UNOWNED)
         self.rejoin = RejoinWatch(rejoin_limit(service.session_timeout))
+        self.group_view: Consumer | None = None  # (:meth:`_group_view`)
         self.consumer = Consumer(kafka_config.stage1_consumer_config(
             service, self.client_conf, member, error_cb=self._on_error, stats_cb=self._on_stats,
             **{"statistics.interval.ms": STATS_INTERVAL_MS}))
@@ -272,13 +273,19 @@ class FingerprintStage:
                   for tp in self.consumer.position([TopicPartition(self.topic, p) for p in sorted(self.owned)])}
         except KafkaException:
             return  # the broker did not answer this time: no verdict
-        seen = backlog(self.consumer, self.topic, sorted(self.owned), at)
+        seen = backlog(self._group_view(), self.topic, sorted(self.owned), at)
         if seen is None:
             return
         waiting = seen[0]
         if self.stall.observe(waiting):
             raise FatalError(f"{waiting} input records waiting and none fetched for {self.stall.idle():.0f} s "
                              "while the broker answers: restarting the stage")
+
+    def _group_view(self) -> Any:
+        """The client the watches ask the broker with (made when first needed)."""
+        if self.group_view is None:
+            self.group_view = Consumer(kafka_config.group_view_config(self.client_conf, self.service.app_id))
+        return self.group_view
 
     def _watch_rejoin(self) -> None:
         """Partitions lost and no assignment since, for :func:`.rejoin.rejoin_limit` s of the broker
@@ -296,7 +303,7 @@ class FingerprintStage:
         """Nothing assigned here: input records waiting and the group's committed offsets standing
         still for :func:`.stall.unowned_limit` s means no member consumes (this one may be stuck
         outside the group): exit, so that the worker restarts the stage and it joins again."""
-        seen = backlog(self.consumer, self.topic)
+        seen = backlog(self._group_view(), self.topic)
         if seen is not None and seen[1] and self.unowned.observe(*seen):
             raise FatalError(f"no input partition is assigned here and no member has committed an input offset for "
                              f"{self.unowned.idle():.0f} s while {seen[0]} records wait: restarting the stage to "
@@ -469,4 +476,6 @@ class FingerprintStage:
             self._drain(FLUSH_TIMEOUT)
         # commits the stored offsets (a static member keeps its partitions)
         kafka_config.close_consumer(self.consumer, "stage 1", 1.0 if self.rejoin.out else kafka_config.CLOSE_SECONDS)
+        if self.group_view is not None:
+            kafka_config.close_consumer(self.group_view, "stage 1 (group view)", 1.0)
         self.progress.close()

@@ -84,6 +84,14 @@ def consume_available(consumer: Any, most: int, wait: float) -> list[Any]:
     return msgs
 
 
+def group_view_config(client_conf: dict[str, Any], group: str) -> dict[str, Any]:
+    """A consumer that never subscribes: it asks the broker for ``group``'s committed offsets and
+    for end offsets on behalf of a stage's stall watches (:mod:`.stall`), so that they never
+    depend on the consumer they watch (a stuck one may not answer). No instance id: it is no
+    member of the group and cannot fence one."""
+    return {**client_conf, "group.id": group, "enable.auto.commit": False, "enable.auto.offset.store": False}
+
+
 #: seconds a consumer's close() is given (it commits stored offsets and leaves the group)
 CLOSE_SECONDS = 10.0
 

@@ -336,7 +336,7 @@ def _watched_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, end: int, cl
     from stream_dedup.service.stall import StallWatch
 
     stage = _stuck_stage(tmp_path, monkeypatch, TxnProducer(failures=0))
-    stage.consumer = WaitingConsumer(stage.topic, end=end)  # type: ignore[assignment]
+    stage.consumer = stage.group_view = WaitingConsumer(stage.topic, end=end)  # type: ignore[assignment]
     stage.stall = StallWatch(limit=30, report=10, interval=5, clock=clock)
     return stage
 

@@ -170,7 +170,7 @@ class _LaggingConsumer(_Consumer):
 def _watched(end: int, t: list[float]) -> FingerprintStage:
     """A stage at offset 10 of partitions ending at ``end``, its stall watch on the clock ``t[0]``."""
     stage = _stage()
-    stage.consumer = _LaggingConsumer(end=end)
+    stage.consumer = stage.group_view = _LaggingConsumer(end=end)
     stage.stall = StallWatch(limit=30, report=10, interval=5, clock=lambda: t[0])
     stage.start_offsets = {}
     return stage
@@ -253,11 +253,12 @@ def test_a_member_outside_the_group_exits_when_nobody_consumes() -> None:
 
     t = [0.0]
     stage = _watched(30, t)
-    stage.consumer = _GroupView(end=30)
+    stage.group_view = _GroupView(end=30)  # the watch asks its own client, not the stage's consumer
+    stage.consumer = None
     stage.unowned = StallWatch(limit=60, report=10, interval=5, clock=lambda: t[0], words=UNOWNED)
     stage.owned = set()  # lost in an outage, or a standby: the same from here
     for i in range(30):  # another member consumes partition 1
-        stage.consumer.at[1] = 10 + i
+        stage.group_view.at[1] = 10 + i
         stage._watch_stall()
         t[0] += 5
     for _ in range(11):  # nobody consumes (partition 1 is caught up; 0 and 2 wait)
