@@ -1,7 +1,7 @@
 """Chaos run of the Kafka worker: SIGKILL cycles (and optional broker freezes) under load.
 
     .venv/bin/python bench/chaos.py [--cycles 20] [--rate 300] [--partitions 3] [--freeze-seconds 0]
-                                    [--workers 1]
+                                    [--workers 1] [--keep-log]
 
 The whole shared news stream is produced round-robin to a fresh P-partition topic at ``--rate``
 records/s (bad records mixed in every 50th), while one worker on one data dir is SIGKILLed at
@@ -113,6 +113,7 @@ def main() -> int:
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--keep-log", action="store_true", help="copy each worker's log to the temp dir at the end")
     ap.add_argument("--workers", type=int, default=1,
                     help="workers in the group; with 2 or more, each kill is of the decision-stage owner")
     args = ap.parse_args()
@@ -239,6 +240,11 @@ def main() -> int:
     finally:
         for w in workers:
             w.stop()
+        if args.keep_log:
+            for i, w in enumerate(workers):
+                kept = Path(tempfile.gettempdir()) / f"{prefix}-worker{i}.log"
+                shutil.copy(w.log.name, kept)
+                print(f"worker {i}'s log (every restart): {kept}")
         _cleanup(admin, prefix, data_dir)
         if started:
             import subprocess

@@ -108,7 +108,7 @@ def embedded_rate(lines: list[bytes]) -> tuple[float, float]:
 class Worker:
     def __init__(self, bootstrap: str, prefix: str, data_dir: str, extra: list[str]) -> None:
         self.port = free_port()
-        self.log = open(Path(data_dir) / "worker.log", "wb")  # noqa: SIM115
+        self.log = open(Path(data_dir) / "worker.log", "ab")  # noqa: SIM115 (a restart's log follows the last)
         cmd = [sys.executable, "-m", "stream_dedup.service", "--bootstrap-servers", bootstrap,
                "--app-id", prefix, "--input-topic", f"{prefix}.articles", "--new-topic", f"{prefix}.new",
                "--duplicates-topic", f"{prefix}.dup", "--dlq-topic", f"{prefix}.dlq",
