@@ -54,6 +54,10 @@ class Metrics:
         self.order_held = Gauge(
             "stream_dedup_order_buffer_records", "Input records stage 1 holds to merge its partitions by "
             "timestamp (each at most --order-wait seconds).", registry=r)
+        self.order_released_early = Counter(
+            "stream_dedup_order_released_early_records", "Input records stage 1 released when their "
+            "--order-wait (or --order-wait-workers) ran out while a partition could still have sent an "
+            "earlier record: each may be decided out of produce order.", ["member"], registry=r)
         self.redelivered = Counter(
             "stream_dedup_redelivered_signatures", "Second copies of an input record's signature (stage 1 is "
             "at-least-once) that the decision stage recognised and answered no more.", registry=r)

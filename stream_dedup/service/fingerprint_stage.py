@@ -63,6 +63,8 @@ FLUSH_TIMEOUT = 30.0
 #: seconds between looks at the broker while the last client error stands
 RECHECK_INTERVAL = 2.0
 STATS_INTERVAL_MS = 5000
+#: seconds between two log lines about records the merge released early
+EARLY_LOG_SECONDS = 10.0
 
 
 #: client errors that mean the broker cannot be reached (cleared once it answers again); any other
@@ -114,6 +116,8 @@ class FingerprintStage:
         stage1.init(engine)  # the fingerprinter, its kernels warmed up
         self.order = OrderBuffer(float(service.order_wait))
         self.metrics.order_held.set_function(lambda: self.order.size)
+        self._early = self.metrics.order_released_early.labels(str(member))
+        self._early_counted, self._early_logged = 0, 0.0
         self.owned: set[int] = set()
         self.start_offsets: dict[int, int] = {}
         self.pending: deque[_Sent] = deque()
@@ -174,6 +178,8 @@ class FingerprintStage:
                 self.progress.tick(self.producer, self.owned, self._watermarks)
                 if self.order.size:
                     self._send(self.order.release(sorted(self.owned), self._caught_up, self.progress.foreign))
+                    if self.order.released_early != self._early_counted:
+                        self._count_early()
                 self.producer.poll(0)  # delivery reports: store the offsets of acknowledged batches
                 if self.fatal:
                     raise FatalError(self.fatal)
@@ -259,6 +265,18 @@ class FingerprintStage:
         return reject_record(reason=reason, detail=detail, key=m.key(), value=m.value() or b"",
                              headers=m.headers(), topic=m.topic(), partition=m.partition(), offset=m.offset(),
                              timestamp_ms=ts if kind != 0 and ts > 0 else None, budget=self.dlq_budget).encode()
+
+    def _count_early(self) -> None:
+        """Count records the merge let go before a silent partition could send an earlier one; say so
+        in the log at most every :data:`EARLY_LOG_SECONDS` (a backlog after an outage makes many)."""
+        new = self.order.released_early - self._early_counted
+        self._early_counted = self.order.released_early
+        self._early.inc(new)
+        now = time.monotonic()
+        if now - self._early_logged >= EARLY_LOG_SECONDS:
+            self._early_logged = now
+            log.info("stage 1: %d records so far released after --order-wait with a partition still silent: "
+                     "they may be decided out of produce order", self._early_counted)
 
     def _watch_stall(self) -> None:
         """Input records waiting and none fetched for :data:`.stall.STALL_SECONDS` while the broker

@@ -51,6 +51,9 @@ class OrderBuffer:
         self.last_offset: dict[Hashable, int] = {}
         self.last_ts: dict[Hashable, int] = {}  # the newest timestamp fetched of each partition
         self.size = 0
+        #: records released because their wait ran out while a partition (or another worker's)
+        #: could still have held an earlier one: each may be decided out of produce order
+        self.released_early = 0
 
     def add(self, records: Iterable[tuple[Hashable, int, int, Any]]) -> None:
         """Add ``(partition, offset, timestamp_ms, item)`` records, each partition's in offset order."""
@@ -124,8 +127,11 @@ class OrderBuffer:
                 break
             # another worker's partitions hold a record more than SLACK ahead of them: two backlogs then
             # advance by at least that much per exchange of progress records, not record by record
-            if foreign is not None and now - head[2] < foreign.wait and foreign.blocking(ts - SLACK_MS) is not None:
+            held_by_foreign = foreign is not None and foreign.blocking(ts - SLACK_MS) is not None
+            if held_by_foreign and now - head[2] < foreign.wait:  # type: ignore[union-attr]
                 break
+            if blocking or held_by_foreign:
+                self.released_early += 1
             self.queues[part].popleft()
             self.size -= 1
             out.append(head[3])

@@ -42,7 +42,8 @@ PARENT_ONLY = frozenset({"stream_dedup_ready", "stream_dedup_decision_stage_rest
 DECISIONS, FINGERPRINT = "decisions", "fingerprint"
 LABELS = {DECISIONS: "decision stage", FINGERPRINT: "stage 1"}
 #: stage 1's child owns only these families (its other ones stay at zero)
-FINGERPRINT_FAMILIES = frozenset({"stream_dedup_order_buffer_records", "stream_dedup_consumer_lag_messages"})
+FINGERPRINT_FAMILIES = frozenset({"stream_dedup_order_buffer_records", "stream_dedup_consumer_lag_messages",
+                                  "stream_dedup_order_released_early_records"})
 
 
 def _die_with_parent(name: str) -> None:

@@ -320,3 +320,21 @@ def test_an_assignment_after_a_loss_ends_the_rejoin_watch() -> None:
     assert stage.state == "standby" and stage.status()["reasons"] == []
     t[0] += 100
     stage._watch_rejoin()  # no error
+
+
+def test_records_the_merge_released_early_are_counted_per_member(caplog) -> None:
+    import logging
+
+    from stream_dedup.metrics import Metrics
+
+    stage = _stage()
+    stage.metrics = Metrics()
+    stage._early = stage.metrics.order_released_early.labels("0")
+    stage._early_counted, stage._early_logged = 0, 0.0
+    stage.order.released_early = 3
+    with caplog.at_level(logging.INFO, logger="stream_dedup.service.stage1"):
+        stage._count_early()
+        stage.order.released_early = 5
+        stage._count_early()  # counted, not logged again within EARLY_LOG_SECONDS
+    assert stage._early._value.get() == 5
+    assert caplog.text.count("records so far released after --order-wait") == 1

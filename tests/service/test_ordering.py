@@ -86,3 +86,18 @@ def test_wait_zero_passes_everything_through_and_forget_drops_revoked_partitions
     held.add([(0, 0, 50, "a"), (1, 0, 10, "b")])
     assert held.forget({1}) == ["a"]
     assert held.release([1], never_caught_up) == ["b"]
+
+
+def test_records_released_because_the_wait_ran_out_are_counted():
+    """Each may be decided out of produce order: stage 1 exports the count (a metric) so that an
+    operator sees when the merge gave up waiting; records released merged are not counted."""
+    clock = Clock()
+    buf = OrderBuffer(0.3, clock)
+    buf.add([(0, 0, 10, "a0"), (1, 0, 20, "b0"), (0, 1, 30, "a1")])
+    assert buf.release([0, 1], never_caught_up) == ["a0", "b0"]
+    assert buf.released_early == 0
+    clock.now = 0.31  # partition 1 stays silent: a1 goes without it
+    assert buf.release([0, 1], never_caught_up) == ["a1"]
+    assert buf.released_early == 1
+    buf.add([(0, 2, 40, "a2")])  # a backlog record (old): partition 1 holds it for the wait again
+    assert buf.release([0, 1], never_caught_up) == [] and buf.released_early == 1
