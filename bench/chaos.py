@@ -13,7 +13,8 @@ one) decides, and the killed worker is restarted on its data dir.  Then the comm
 ``read_committed`` and checked by ``tests/integration/eos_check.py``: lost, doubled and
 contradictory outputs per input record.  Also printed: how long each restart took to become
 ready again, and the quality of the worker's decisions (first event per article, scored like
-``bench/quality.py``) against the embedded engine in file order.
+``bench/quality.py``) against the embedded engine in file order, and how many records stage 1's
+merge released early (``stream_dedup_order_released_early_records_total``) after each fault.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from quality import score  # noqa: E402
 from stream_dedup.config import EngineConfig  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data"
+EARLY = "stream_dedup_order_released_early_records_total"
 
 
 def f1(s: dict) -> float:
@@ -178,6 +180,19 @@ def main() -> int:
         owners = [i for i, w in enumerate(workers) if w.readyz().get("decision_state") == "deciding"]
         return owners[0] if len(owners) == 1 else None
 
+    # records stage 1's merge let go when its wait ran out, by the fault they follow (each worker's
+    # counter starts at 0 in each process: read before a kill, and at every fault for the others)
+    early_seen = [0.0] * len(workers)
+    early: dict[str, float] = {}
+
+    def close_early_bucket(since: str) -> None:
+        for i, w in enumerate(workers):
+            now = w.metric_sums(EARLY)[EARLY]
+            if now == now:  # not NaN: the worker answered
+                early[since] = early.get(since, 0.0) + max(0.0, now - early_seen[i])
+                early_seen[i] = now
+
+    bucket = "start"
     try:
         for w in workers:
             w.wait_ready()
@@ -185,7 +200,9 @@ def main() -> int:
         gap = duration / (args.cycles + 1)
         for cycle in range(args.cycles):
             time.sleep(rnd.uniform(0.5, 1.5) * gap)
+            close_early_bucket(bucket)
             if broker_pid and cycle % 5 == 4:
+                bucket = f"freeze {cycle + 1}"
                 faults.append((time.perf_counter(), "freeze"))
                 os.kill(broker_pid, signal.SIGSTOP)
                 time.sleep(args.freeze_seconds)
@@ -205,6 +222,7 @@ def main() -> int:
                 while (owner := deciding()) is None and time.monotonic() < deadline:
                     time.sleep(0.2)
                 victim = owner if owner is not None else 0
+            bucket = f"kill {cycle + 1}"
             faults.append((time.perf_counter(), "kill"))
             worker = workers[victim]
             worker.proc.send_signal(signal.SIGKILL)
@@ -212,6 +230,7 @@ def main() -> int:
             worker.log.close()
             t0 = time.monotonic()
             worker = workers[victim] = Worker(bootstrap, prefix, dirs[victim], [])
+            early_seen[victim] = 0.0
             if len(workers) > 1:
                 while deciding() is None and time.monotonic() - t0 < 300:
                     time.sleep(0.1)
@@ -230,6 +249,7 @@ def main() -> int:
         for m in read_topic(bootstrap, [f"{prefix}.new", f"{prefix}.dup"], idle=2.0):
             first.setdefault(m.key().decode(), json.loads(m.value()))
         order = decision_order(bootstrap, f"{prefix}.sig", args.partitions)
+        close_early_bucket(bucket)
     except SystemExit:
         print(f"the worker did not become ready again; the last lines of {worker.log.name}:")
         print("\n".join(Path(worker.log.name).read_text(errors="replace").splitlines()[-40:]))
@@ -289,6 +309,8 @@ def main() -> int:
               ", ".join(f"{k}: {v}" for k, v in by_fault.items()))
         print(f"  of them acknowledged by the broker after the later-produced record they follow "
               f"(the input reached Kafka out of order): {arrived_late:,}")
+    print("  records stage 1's merge released early (its --order-wait ran out), by the fault they follow:",
+          ", ".join(f"{k}: {v:.0f}" for k, v in early.items() if v) or "none")
     for example in report.examples[:10]:
         print("  ", example)
     return 0 if (report.lost, report.doubled, report.contradictory) == (0, 0, 0) else 1

@@ -141,7 +141,8 @@ class Worker:
             return {}
 
     def metric_sums(self, *names: str) -> dict[str, float]:
-        """``{name: value}`` of samples named exactly ``names`` on the worker's /metrics (0 when absent)."""
+        """``{name: value}`` of samples named exactly ``names`` on the worker's /metrics, summed over their
+        labels (0 when absent)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
                 text = r.read().decode()
@@ -149,8 +150,9 @@ class Worker:
             return dict.fromkeys(names, float("nan"))
         out = dict.fromkeys(names, 0.0)
         for line in text.splitlines():
-            name, _, value = line.partition(" ")
-            if name in out:
+            sample, _, value = line.rpartition(" ")
+            name = sample.split("{", 1)[0]
+            if name in out and not line.startswith("#"):
                 out[name] += float(value)
         return out
 
