@@ -12,8 +12,9 @@ worker's time.  One loop iteration is one Kafka transaction::
     commit_transaction
 
 This module is the loop: group membership, reconciliation and catch-up, the transactions with
-their retries and aborts, housekeeping.  Deciding the records on the index is
-:class:`.deciding.Decider`; receipts and their sweep are in :mod:`.receipts`, the broker probe in
+their retries and aborts.  Deciding the records on the index is :class:`.deciding.Decider`; what
+runs between transactions (client errors, the stall and rejoin watches, the index upkeep) is in
+:mod:`.decision_health`; receipts and their sweep are in :mod:`.receipts`, the broker probe in
 :mod:`.broker_probe`, the clients' settings in :mod:`.kafka_config`.  The argument below is the
 one place that says why the whole is exactly-once.
 
@@ -64,10 +65,11 @@ from stream_dedup.metrics import Metrics
 from . import catchup, kafka_config, txn_calls
 from .broker_probe import BrokerProbe
 from .deciding import Decider, FatalError, open_index, warm_up
+from .decision_health import DecisionHealth
 from .index_upkeep import IndexUpkeep
 from .receipts import ReceiptSweep
 from .rejoin import RejoinWatch, rejoin_limit
-from .stall import UNOWNED, StallWatch, backlog, pick, unowned_limit
+from .stall import UNOWNED, StallWatch, unowned_limit
 from .stall import reasons as stall_reasons
 
 log = logging.getLogger("stream_dedup.service.decisions")
@@ -85,7 +87,7 @@ class _Transaction:
     observed: list[tuple[Any, Any, float]] = field(default_factory=list)
 
 
-class DecisionStage:
+class DecisionStage(DecisionHealth):
     """The loop and its state; :meth:`run` blocks until :meth:`stop` (or a fatal error)."""
 
     def __init__(self, service: ServiceConfig, engine: EngineConfig, metrics: Metrics | None = None,
@@ -401,84 +403,6 @@ class DecisionStage:
                 return
             except BufferError:
                 producer.poll(0.05)
-
-    def _housekeeping(self) -> None:
-        self._broker_back()
-        if self.rejoin.overdue(not self.probe.error):
-            raise FatalError(self.rejoin.give_up())
-        if self.stall.due():
-            self._watch_stall()
-        self.upkeep.run(self.committed, self._end_offset if self.owned else None, self.topic)
-
-    def _end_offset(self) -> int | None:
-        _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), cached=True)
-        return high
-
-    def _watch_stall(self) -> None:
-        """Signature records waiting and no transaction committed for :data:`.stall.STALL_SECONDS`
-        while the broker answers: decide again from the committed offset (a fresh assignment and
-        fetch); if that does not help either, exit: the worker restarts the stage with new clients."""
-        away = bool(self.probe.error) or self.needs_reconcile or self.state in ("reconciling", "catching up")
-        watch = pick(self.stall, self.unowned, away, self.owned)
-        if watch is self.unowned:
-            self._watch_unowned()
-        if watch is not self.stall:
-            return
-        if self.state != "deciding" or self.committed is None:
-            self.stall.progressed()
-            return
-        seen = backlog(self._group_view(), self.topic, [0], {0: self.committed})
-        if seen is None or not self.stall.observe(seen[0]):
-            return  # no verdict (the broker did not answer), or no stall
-        waiting = seen[0]
-        self.metrics.decision_stalls.inc()
-        what = (f"no transaction committed for {self.stall.idle():.0f} s with {waiting} signature records "
-                f"waiting (committed offset {self.committed}, end {self.committed + waiting})")
-        if self._rewound_for_stall:
-            raise FatalError(f"{what}, even after deciding again from the committed offset")
-        log.error("decision stage: %s: deciding again from the committed offset", what)
-        self._rewound_for_stall = True
-        self.stall.progressed()
-        self._rewind()
-
-    def _watch_unowned(self) -> None:
-        """Nothing assigned here: signature records waiting and the group's committed offset
-        standing still for :func:`.stall.unowned_limit` s means no member decides (this one may be
-        stuck outside the group): exit, so that the worker restarts the stage and it joins again."""
-        seen = backlog(self._group_view(), self.topic, [0])  # (dead owner's pending offsets: no answer in time)
-        if seen is not None and self.unowned.observe(*seen):
-            raise FatalError(f"signatures-0 is not assigned here and no member has committed a decision for "
-                             f"{self.unowned.idle():.0f} s while {seen[0]} signature records wait: "
-                             "restarting the stage to join the group again")
-
-    def _group_view(self) -> Any:
-        """The client the watches ask the broker with (made when first needed)."""
-        if self.group_view is None:
-            self.group_view = Consumer(kafka_config.group_view_config(self.client_conf,
-                                                                      kafka_config.decisions_group(self.service)))
-        return self.group_view
-
-    def _broker_trouble(self, message: str) -> None:
-        if self.broker_error != message:
-            log.warning("decision stage: %s (retrying)", message)
-        self.broker_error = message
-        self._broker_error_at = time.monotonic()
-
-    def _broker_back(self) -> None:
-        """A client error the broker probe has answered since is over, records or not: an idle
-        stage would otherwise stay not-ready after an outage until a record arrives (measured on
-        the chaos bench: 61 s after a freeze, and for good once the feed had ended)."""
-        answer = self.probe.last_answer
-        if self.broker_error is not None and answer is not None and answer > self._broker_error_at:
-            log.info("decision stage: the broker answers again")
-            self.broker_error = None
-
-    def _on_error(self, err: KafkaError) -> None:
-        if kafka_config.is_fatal(err):
-            log.error("fatal Kafka error: %s", err)
-            self.client_fatal = str(err)
-            return
-        self._broker_trouble(str(err))
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None and err.code() != KafkaError._PURGE_QUEUE:  # purged: by an abort, logged there
