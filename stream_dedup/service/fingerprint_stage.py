@@ -59,6 +59,8 @@ IDLE_WAIT = 0.1
 HOLD_WAIT = 0.01
 #: the signatures producer's linger: a batch's records go in one request
 SIGNATURES_LINGER = 0.002
+#: seconds an input partition's end offset asked of the broker is reused by :meth:`FingerprintStage._behind`
+BEHIND_CHECK = 0.25
 #: seconds a revocation or a shutdown waits for the records in flight
 FLUSH_TIMEOUT = 30.0
 STATS_INTERVAL_MS = 5000
@@ -103,6 +105,7 @@ class FingerprintStage(Stage1Health):
         self._early_counted, self._early_logged = 0, 0.0
         self.owned: set[int] = set()
         self.start_offsets: dict[int, int] = {}
+        self._ends: dict[int, tuple[float, int]] = {}  # (when asked, end offset) per partition: _behind
         self.pending: deque[_Sent] = deque()
         self.assigned_once = False
         self.state = "joining the group"
@@ -160,7 +163,8 @@ class FingerprintStage(Stage1Health):
                     self.order.add((m.partition(), m.offset(), self._timestamp_ms(m), m) for m in msgs)
                 self.progress.tick(self.producer, self.owned, self._watermarks)
                 if self.order.size:
-                    self._send(self.order.release(sorted(self.owned), self._caught_up, self.progress.foreign))
+                    self._send(self.order.release(sorted(self.owned), self._caught_up, self.progress.foreign,
+                                                  self._behind))
                     if self.order.released_early != self._early_counted:
                         self._count_early()
                 self.producer.poll(0)  # delivery reports: store the offsets of acknowledged batches
@@ -211,6 +215,22 @@ class FingerprintStage(Stage1Health):
         except KafkaException:
             return False
         return high >= 0 and max(last_offset + 1, self.start_offsets.get(part, -1)) >= high
+
+    def _behind(self, part: int, last_offset: int) -> bool:
+        """Whether the broker holds records of ``part`` past where this stage stands, asked afresh
+        through the watches' own client (at most every :data:`BEHIND_CHECK` s per partition; no
+        answer in time: not behind, the merge does not wait on a guess)."""
+        now = time.monotonic()
+        seen = self._ends.get(part)
+        if seen is None or now - seen[0] >= BEHIND_CHECK:
+            try:
+                _low, high = self._group_view().get_watermark_offsets(TopicPartition(self.topic, part),
+                                                                      timeout=0.2, cached=False)
+            except KafkaException:
+                high = -1
+            seen = self._ends[part] = (now, high)
+        high = seen[1]
+        return high >= 0 and high > max(last_offset + 1, self.start_offsets.get(part, -1))
 
     def _send(self, released: list[Any]) -> None:
         """Fingerprint the released records and produce their records, a batch at a time."""

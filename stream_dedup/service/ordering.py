@@ -17,7 +17,11 @@ k-way merge by timestamp of the partitions a worker owns:
   partition's records of the same period: measured on the chaos bench, trusting "caught up"
   there let hundreds of records of one partition go before older ones of the others, so for
   a record that is not live every partition without a head holds it, for at most ``wait``
-  (Kafka Streams' ``max.task.idle.ms`` does the same for every record);
+  (Kafka Streams' ``max.task.idle.ms`` does the same for every record), and up to
+  :data:`BEHIND_WAIT` for a partition the broker holds records of past where it stands: after a
+  broker outage longer than the session timeout one partition's fetching can resume seconds
+  after the others' (measured on the chaos bench: with only ``wait``, 2,704 records of two
+  partitions went before the third's and F1 fell from 0.997 to 0.934);
 * within a partition the order is never changed.
 
 Records from partitions owned by *other* workers: with ``foreign`` (:class:`.progress.ForeignProgress`),
@@ -37,6 +41,9 @@ if TYPE_CHECKING:
 
 #: ms by which a record may be ahead of another worker's sent watermark (:mod:`.progress`)
 SLACK_MS = 50.0
+#: seconds a backlog record waits, beyond ``wait``, for an owned partition that has nothing
+#: fetched yet but is *behind* (the broker holds records of it past where it stands)
+BEHIND_WAIT = 5.0
 
 
 class OrderBuffer:
@@ -98,12 +105,16 @@ class OrderBuffer:
         return out
 
     def release(self, owned: Iterable[Hashable], caught_up: Callable[[Hashable, int], bool],
-                foreign: ForeignProgress | None = None) -> list[Any]:
+                foreign: ForeignProgress | None = None,
+                behind: Callable[[Hashable, int], bool] | None = None) -> list[Any]:
         """The items that may go now, in merged order.
 
         ``caught_up(partition, last_offset_seen)`` tells whether a partition has nothing more to
         deliver now (last offset seen, -1 for none, + 1 >= high watermark, or the consumer's
         position has reached it). ``foreign``: the other workers' partitions (see :mod:`.progress`).
+        ``behind(partition, last_offset_seen)``: whether the broker holds records of a partition
+        past where it stands (asked afresh: after an outage one partition's fetching can resume
+        seconds after the others'); a backlog record then waits for it up to :data:`BEHIND_WAIT`.
         """
         if self.wait <= 0 and foreign is None:
             out = [rec[3] for q in self.queues.values() for rec in q]
@@ -124,6 +135,9 @@ class OrderBuffer:
             blocking = [p for p in owned if p not in with_head
                         and not (live and caught_up(p, self.last_offset.get(p, -1)))]
             if blocking and now - head[2] < self.wait:
+                break
+            if (blocking and not live and behind is not None and now - head[2] < BEHIND_WAIT
+                    and any(behind(p, self.last_offset.get(p, -1)) for p in blocking)):
                 break
             # another worker's partitions hold a record more than SLACK ahead of them: two backlogs then
             # advance by at least that much per exchange of progress records, not record by record

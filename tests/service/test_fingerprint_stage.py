@@ -338,3 +338,31 @@ def test_records_the_merge_released_early_are_counted_per_member(caplog) -> None
         stage._count_early()  # counted, not logged again within EARLY_LOG_SECONDS
     assert stage._early._value.get() == 5
     assert caplog.text.count("records so far released after --order-wait") == 1
+
+
+def test_behind_asks_the_broker_afresh_at_most_every_quarter_second() -> None:
+    import time
+
+    from confluent_kafka import KafkaException
+
+    class Ends:
+        calls = 0
+        end = 50
+        fail = False
+
+        def get_watermark_offsets(self, tp, timeout: float = 0, cached: bool = True):
+            assert not cached, "a stuck partition's cached end is stale: ask the broker"
+            self.calls += 1
+            if self.fail:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+            return 0, self.end
+
+    stage = _stage()
+    stage.group_view, stage.start_offsets, stage._ends = Ends(), {1: 20}, {}
+    assert stage._behind(1, 30)  # the broker holds 31..49
+    assert not stage._behind(1, 49)  # (the same answer, reused): nothing past 49
+    assert stage.group_view.calls == 1
+    assert stage._behind(1, -1)  # nothing fetched yet: from its start offset 20
+    stage._ends[1] = (time.monotonic() - 1, 50)  # the answer is old: ask again
+    stage.group_view.fail = True
+    assert not stage._behind(1, 30)  # no answer in time: not behind

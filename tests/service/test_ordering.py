@@ -101,3 +101,43 @@ def test_records_released_because_the_wait_ran_out_are_counted():
     assert buf.released_early == 1
     buf.add([(0, 2, 40, "a2")])  # a backlog record (old): partition 1 holds it for the wait again
     assert buf.release([0, 1], never_caught_up) == [] and buf.released_early == 1
+
+
+def test_a_backlog_record_waits_longer_for_a_partition_the_broker_holds_records_of():
+    """After a long outage one partition's fetching can resume seconds after the others': while
+    the broker holds records of it past where it stands, a backlog record waits for it up to
+    BEHIND_WAIT; a partition with nothing more holds it only the usual wait."""
+    from stream_dedup.service.ordering import BEHIND_WAIT
+
+    clock = Clock()
+    buf = OrderBuffer(0.3, clock, wall=lambda: 100.0)  # records of ~100 s ago: a backlog
+    buf.add([(0, 0, 10, "a0"), (0, 1, 30, "a1")])
+    asked = []
+
+    def behind(part, last):
+        asked.append((part, last))
+        return part == 1
+
+    clock.now = 0.31
+    assert buf.release([0, 1], never_caught_up, behind=behind) == []  # past the wait: partition 1 is behind
+    assert asked and asked[-1] == (1, -1)
+    buf.add([(1, 0, 20, "b0")])  # its records arrive: merged in order
+    assert buf.release([0, 1], never_caught_up, behind=behind) == ["a0", "b0"]
+    clock.now = 0.31 + BEHIND_WAIT  # partition 1 silent again; a1's longest wait is over
+    assert buf.release([0, 1], never_caught_up, behind=behind) == ["a1"]
+    assert buf.released_early == 1
+    buf.add([(0, 2, 40, "a2")])
+    clock.now += 0.31
+    assert buf.release([0, 1], never_caught_up, behind=lambda part, last: False) == ["a2"]  # nothing more there
+
+
+def test_live_records_never_wait_on_the_broker_question():
+    clock = Clock()
+    buf = OrderBuffer(0.3, clock, wall=lambda: 0.05)  # live records
+    buf.add([(0, 0, 10, "a0")])
+    clock.now = 0.31
+
+    def behind(part, last):
+        raise AssertionError("a live record's wait is --order-wait alone")
+
+    assert buf.release([0, 1], never_caught_up, behind=behind) == ["a0"]
