@@ -214,7 +214,11 @@ class FingerprintStage(Stage1Health):
             _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, part), cached=True)
         except KafkaException:
             return False
-        return high >= 0 and max(last_offset + 1, self.start_offsets.get(part, -1)) >= high
+        return high >= 0 and self._next_offset(part, last_offset) >= high
+
+    def _next_offset(self, part: int, last_offset: int) -> int:
+        """Where this stage stands in ``part``: after the last offset fetched, or its start offset."""
+        return max(last_offset + 1, self.start_offsets.get(part, -1))
 
     def _behind(self, part: int, last_offset: int) -> bool:
         """Whether the broker holds records of ``part`` past where this stage stands, asked afresh
@@ -230,7 +234,7 @@ class FingerprintStage(Stage1Health):
                 high = -1
             seen = self._ends[part] = (now, high)
         high = seen[1]
-        return high >= 0 and high > max(last_offset + 1, self.start_offsets.get(part, -1))
+        return high >= 0 and high > self._next_offset(part, last_offset)
 
     def _send(self, released: list[Any]) -> None:
         """Fingerprint the released records and produce their records, a batch at a time."""
@@ -269,6 +273,7 @@ class FingerprintStage(Stage1Health):
                              headers=m.headers(), topic=m.topic(), partition=m.partition(), offset=m.offset(),
                              timestamp_ms=ts if kind != 0 and ts > 0 else None, budget=self.dlq_budget).encode()
 
+    # ------------------------------------------------------------------ delivery -> stored offsets
     def _store_done(self) -> None:
         """Store the input offsets of the acknowledged batches at the head of the queue, in order."""
         offsets: dict[int, int] = {}
@@ -362,7 +367,7 @@ class FingerprintStage(Stage1Health):
         self.rejoin.lost()
         self.state = "rebalancing"
 
-    # ------------------------------------------------------------------ health and gauges
+    # ------------------------------------------------------------------ shutdown
     def _close(self, clean: bool) -> None:
         """Send nothing more; on a clean stop wait for the records in flight and commit their offsets."""
         self._stop.set()

@@ -61,9 +61,13 @@ class RejoinWatch:
         if self.lost_at is None:
             return False
         if not broker_answers:
-            self.since = self.clock()
+            self.away()
             return False
         return self.clock() - self.since >= self.limit
+
+    def away(self) -> None:
+        """The broker does not answer now: the clock starts again."""
+        self.since = self.clock()
 
     def reason(self) -> str | None:
         """The ``/readyz`` reason while the member is out of the group, else None."""

@@ -98,7 +98,7 @@ class Stage1Health:
         try:  # a frozen broker may have raised no client error yet: ask it (once per limit)
             self.producer.list_topics(self.out_topic, timeout=2.0)
         except KafkaException:
-            self.rejoin.overdue(False)  # no answer: the clock starts again
+            self.rejoin.away()
             return
         raise FatalError(self.rejoin.give_up())
 
@@ -112,7 +112,7 @@ class Stage1Health:
                              f"{self.unowned.idle():.0f} s while {seen[0]} records wait: restarting the stage to "
                              "join the group again")
 
-    # ------------------------------------------------------------------ delivery -> stored offsets
+    # ------------------------------------------------------------------ client errors and gauges
     def _on_stats(self, raw: str) -> None:
         """Consumer lag per owned input partition (committed offset to high watermark), from librdkafka's statistics."""
         try:
