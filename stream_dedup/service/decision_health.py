@@ -15,7 +15,7 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from . import kafka_config
 from .deciding import FatalError
@@ -58,7 +58,7 @@ class DecisionHealth:
         if self.state != "deciding" or self.committed is None:
             self.stall.progressed()
             return
-        seen = backlog(self._group_view(), self.topic, [0], {0: self.committed})
+        seen = backlog(self.group_view.client(), self.topic, [0], {0: self.committed})
         if seen is None or not self.stall.observe(seen[0]):
             return  # no verdict (the broker did not answer), or no stall
         waiting = seen[0]
@@ -76,18 +76,11 @@ class DecisionHealth:
         """Nothing assigned here: signature records waiting and the group's committed offset
         standing still for :func:`.stall.unowned_limit` s means no member decides (this one may be
         stuck outside the group): exit, so that the worker restarts the stage and it joins again."""
-        seen = backlog(self._group_view(), self.topic, [0])  # (dead owner's pending offsets: no answer in time)
+        seen = backlog(self.group_view.client(), self.topic, [0])  # (dead owner's pending offsets: no answer in time)
         if seen is not None and self.unowned.observe(*seen):
             raise FatalError(f"signatures-0 is not assigned here and no member has committed a decision for "
                              f"{self.unowned.idle():.0f} s while {seen[0]} signature records wait: "
                              "restarting the stage to join the group again")
-
-    def _group_view(self) -> Any:
-        """The client the watches ask the broker with (made when first needed)."""
-        if self.group_view is None:
-            self.group_view = Consumer(kafka_config.group_view_config(self.client_conf,
-                                                                      kafka_config.decisions_group(self.service)))
-        return self.group_view
 
     def _broker_trouble(self, message: str) -> None:
         if self.broker_error != message:

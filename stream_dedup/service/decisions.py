@@ -118,7 +118,8 @@ class DecisionStage(DecisionHealth):
         self.stall = StallWatch()
         self.unowned = StallWatch(limit=unowned_limit(service.session_timeout), words=UNOWNED)
         self.rejoin = RejoinWatch(rejoin_limit(service.session_timeout))
-        self.group_view: Consumer | None = None  # (:meth:`_group_view`)
+        self.group_view = kafka_config.GroupView(self.client_conf, kafka_config.decisions_group(service),
+                                                 "decision stage")  # the watches' client
         self._rewound_for_stall = False  # the last stall's rewind has not been followed by a commit yet
         self.consumer = Consumer(kafka_config.decisions_consumer_config(service, self.client_conf,
                                                                         error_cb=self._on_error))
@@ -414,8 +415,7 @@ class DecisionStage(DecisionHealth):
         # out of the group (lost, not let back in) a consumer has nothing to commit or leave
         kafka_config.close_consumer(self.consumer, "decision stage",
                                     1.0 if self.rejoin.out else kafka_config.CLOSE_SECONDS)
-        if self.group_view is not None:
-            kafka_config.close_consumer(self.group_view, "decision stage (group view)", 1.0)
+        self.group_view.close()
         self._drop_producer()
         self.dedup.close()
 

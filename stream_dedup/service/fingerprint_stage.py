@@ -119,7 +119,7 @@ class FingerprintStage(Stage1Health):
         self.stall = StallWatch()
         self.unowned = StallWatch(limit=unowned_limit(service.session_timeout), words=UNOWNED)
         self.rejoin = RejoinWatch(rejoin_limit(service.session_timeout))
-        self.group_view: Consumer | None = None  # (:meth:`_group_view`)
+        self.group_view = kafka_config.GroupView(self.client_conf, service.app_id, "stage 1")  # the watches' client
         self.consumer = Consumer(kafka_config.stage1_consumer_config(
             service, self.client_conf, member, error_cb=self._on_error, stats_cb=self._on_stats,
             **{"statistics.interval.ms": STATS_INTERVAL_MS}))
@@ -228,8 +228,8 @@ class FingerprintStage(Stage1Health):
         seen = self._ends.get(part)
         if seen is None or now - seen[0] >= BEHIND_CHECK:
             try:
-                _low, high = self._group_view().get_watermark_offsets(TopicPartition(self.topic, part),
-                                                                      timeout=0.2, cached=False)
+                _low, high = self.group_view.client().get_watermark_offsets(TopicPartition(self.topic, part),
+                                                                         timeout=0.2, cached=False)
             except KafkaException:
                 high = -1
             seen = self._ends[part] = (now, high)
@@ -376,6 +376,5 @@ class FingerprintStage(Stage1Health):
             self._drain(FLUSH_TIMEOUT)
         # commits the stored offsets (a static member keeps its partitions)
         kafka_config.close_consumer(self.consumer, "stage 1", 1.0 if self.rejoin.out else kafka_config.CLOSE_SECONDS)
-        if self.group_view is not None:
-            kafka_config.close_consumer(self.group_view, "stage 1 (group view)", 1.0)
+        self.group_view.close()
         self.progress.close()

@@ -33,7 +33,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError
 
 from stream_dedup.config import ServiceConfig
 
@@ -90,6 +90,27 @@ def group_view_config(client_conf: dict[str, Any], group: str) -> dict[str, Any]
     depend on the consumer they watch (a stuck one may not answer). No instance id: it is no
     member of the group and cannot fence one."""
     return {**client_conf, "group.id": group, "enable.auto.commit": False, "enable.auto.offset.store": False}
+
+
+class GroupView:
+    """A stage's :func:`group_view_config` consumer, made when first asked for (most stages never
+    need it: it serves the stall and rejoin watches and stage 1's merge), closed with the stage."""
+
+    def __init__(self, client_conf: dict[str, Any], group: str, label: str, consumer: Any = None) -> None:
+        self._conf, self._group, self.label = client_conf, group, label
+        self._consumer = consumer  # (a test's stand-in)
+
+    def client(self) -> Any:
+        """The consumer (made now if not yet)."""
+        if self._consumer is None:
+            self._consumer = Consumer(group_view_config(self._conf, self._group))
+        return self._consumer
+
+    def close(self) -> None:
+        """Close the consumer if it was made (within a second: it is no member of any group)."""
+        if self._consumer is not None:
+            close_consumer(self._consumer, f"{self.label} (group view)", 1.0)
+            self._consumer = None
 
 
 #: seconds a consumer's close() is given (it commits stored offsets and leaves the group)

@@ -15,7 +15,7 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from . import kafka_config
 from .deciding import FatalError
@@ -76,19 +76,13 @@ class Stage1Health:
                   for tp in self.consumer.position([TopicPartition(self.topic, p) for p in sorted(self.owned)])}
         except KafkaException:
             return  # the broker did not answer this time: no verdict
-        seen = backlog(self._group_view(), self.topic, sorted(self.owned), at)
+        seen = backlog(self.group_view.client(), self.topic, sorted(self.owned), at)
         if seen is None:
             return
         waiting = seen[0]
         if self.stall.observe(waiting):
             raise FatalError(f"{waiting} input records waiting and none fetched for {self.stall.idle():.0f} s "
                              "while the broker answers: restarting the stage")
-
-    def _group_view(self) -> Any:
-        """The client the watches ask the broker with (made when first needed)."""
-        if self.group_view is None:
-            self.group_view = Consumer(kafka_config.group_view_config(self.client_conf, self.service.app_id))
-        return self.group_view
 
     def _watch_rejoin(self) -> None:
         """Partitions lost and no assignment since, for :func:`.rejoin.rejoin_limit` s of the broker
@@ -106,7 +100,7 @@ class Stage1Health:
         """Nothing assigned here: input records waiting and the group's committed offsets standing
         still for :func:`.stall.unowned_limit` s means no member consumes (this one may be stuck
         outside the group): exit, so that the worker restarts the stage and it joins again."""
-        seen = backlog(self._group_view(), self.topic)
+        seen = backlog(self.group_view.client(), self.topic)
         if seen is not None and seen[1] and self.unowned.observe(*seen):
             raise FatalError(f"no input partition is assigned here and no member has committed an input offset for "
                              f"{self.unowned.idle():.0f} s while {seen[0]} records wait: restarting the stage to "

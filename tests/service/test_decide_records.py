@@ -18,6 +18,7 @@ from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.service import stage1
 from stream_dedup.service.catchup import CHECKPOINT_NAME
 from stream_dedup.service.decisions import DecisionStage
+from stream_dedup.service.kafka_config import GroupView
 from stream_dedup.service.serialization import reject_record
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "news_sample.jsonl"
@@ -336,7 +337,8 @@ def _watched_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, end: int, cl
     from stream_dedup.service.stall import StallWatch
 
     stage = _stuck_stage(tmp_path, monkeypatch, TxnProducer(failures=0))
-    stage.consumer = stage.group_view = WaitingConsumer(stage.topic, end=end)  # type: ignore[assignment]
+    stage.consumer = WaitingConsumer(stage.topic, end=end)  # type: ignore[assignment]
+    stage.group_view = GroupView({}, "app", "decision stage", stage.consumer)
     stage.stall = StallWatch(limit=30, report=10, interval=5, clock=clock)
     return stage
 

@@ -10,6 +10,7 @@ from collections import deque
 from confluent_kafka import KafkaError
 
 from stream_dedup.service.fingerprint_stage import FingerprintStage, _Sent
+from stream_dedup.service.kafka_config import GroupView
 from stream_dedup.service.rejoin import RejoinWatch
 from stream_dedup.service.stall import UNOWNED, StallWatch
 
@@ -170,7 +171,8 @@ class _LaggingConsumer(_Consumer):
 def _watched(end: int, t: list[float]) -> FingerprintStage:
     """A stage at offset 10 of partitions ending at ``end``, its stall watch on the clock ``t[0]``."""
     stage = _stage()
-    stage.consumer = stage.group_view = _LaggingConsumer(end=end)
+    stage.consumer = _LaggingConsumer(end=end)
+    stage.group_view = GroupView({}, "app", "stage 1", stage.consumer)
     stage.stall = StallWatch(limit=30, report=10, interval=5, clock=lambda: t[0])
     stage.start_offsets = {}
     return stage
@@ -253,12 +255,13 @@ def test_a_member_outside_the_group_exits_when_nobody_consumes() -> None:
 
     t = [0.0]
     stage = _watched(30, t)
-    stage.group_view = _GroupView(end=30)  # the watch asks its own client, not the stage's consumer
+    view = _GroupView(end=30)
+    stage.group_view = GroupView({}, "app", "stage 1", view)  # the watch asks its own client, not the stage's consumer
     stage.consumer = None
     stage.unowned = StallWatch(limit=60, report=10, interval=5, clock=lambda: t[0], words=UNOWNED)
     stage.owned = set()  # lost in an outage, or a standby: the same from here
     for i in range(30):  # another member consumes partition 1
-        stage.group_view.at[1] = 10 + i
+        view.at[1] = 10 + i
         stage._watch_stall()
         t[0] += 5
     for _ in range(11):  # nobody consumes (partition 1 is caught up; 0 and 2 wait)
@@ -358,11 +361,12 @@ def test_behind_asks_the_broker_afresh_at_most_every_quarter_second() -> None:
             return 0, self.end
 
     stage = _stage()
-    stage.group_view, stage.start_offsets, stage._ends = Ends(), {1: 20}, {}
+    ends = Ends()
+    stage.group_view, stage.start_offsets, stage._ends = GroupView({}, "app", "stage 1", ends), {1: 20}, {}
     assert stage._behind(1, 30)  # the broker holds 31..49
     assert not stage._behind(1, 49)  # (the same answer, reused): nothing past 49
-    assert stage.group_view.calls == 1
+    assert ends.calls == 1
     assert stage._behind(1, -1)  # nothing fetched yet: from its start offset 20
     stage._ends[1] = (time.monotonic() - 1, 50)  # the answer is old: ask again
-    stage.group_view.fail = True
+    ends.fail = True
     assert not stage._behind(1, 30)  # no answer in time: not behind

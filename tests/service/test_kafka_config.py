@@ -158,3 +158,30 @@ def test_a_consumer_that_hangs_in_close_is_left_behind_in_time(caplog) -> None:
     assert time.monotonic() - started < 5
     assert "stage 1: the consumer did not close in 0 s" in caplog.text
     release.set()
+
+
+def test_the_group_view_is_made_when_first_asked_for_and_closed_once(monkeypatch) -> None:
+    from stream_dedup.service import kafka_config
+
+    made: list[dict] = []
+
+    class Client:
+        closed = 0
+
+        def __init__(self, conf: dict) -> None:
+            made.append(conf)
+
+        def close(self) -> None:
+            Client.closed += 1
+
+    monkeypatch.setattr(kafka_config, "Consumer", Client)
+    view = kafka_config.GroupView({"bootstrap.servers": "b:9092"}, "app.decisions", "decision stage")
+    view.close()  # never asked for: nothing made, nothing to close
+    assert made == [] and Client.closed == 0
+    client = view.client()
+    assert view.client() is client and len(made) == 1  # one client, kept
+    assert made[0]["group.id"] == "app.decisions" and "group.instance.id" not in made[0]  # no member: fences nobody
+    assert made[0]["enable.auto.commit"] is False
+    view.close()
+    view.close()
+    assert Client.closed == 1
