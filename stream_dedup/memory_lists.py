@@ -17,7 +17,6 @@ came: ``tests/engine/test_memory_lists.py`` compares both.
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -26,7 +25,7 @@ import numpy as np
 from .band_table import BandTable
 from .index_record import _RECORD, _SIG_DTYPE, FLAG_INDEXED
 from .list_table import UNCAPPED, MemberLists
-from .passages import DELETE_PREFIX, anchors_of
+from .passages import ANCHOR_BYTES, DELETE_PREFIX, anchors_of
 from .simhash_table import SimhashTable
 
 if TYPE_CHECKING:
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
 
 SNAPSHOT_FILE = "memory-lists.npz"
 TOKEN_KEY = b"Mlists"
-_U64 = struct.Struct(">Q")
 _LIST_ARRAYS = ("slot_keys", "slot_head", "node_seq", "node_next", "meta")
 
 
@@ -52,46 +50,69 @@ def build(index: Index) -> Lists:
 
 
 def build_sketch_tables(index: Index, chunk: int = 8192) -> tuple[BandTable, SimhashTable]:
-    """The LSH buckets and SimHash table entries of every indexed article, from the records, in seq order."""
+    """The LSH buckets and SimHash table entries of every indexed article, from the records, in seq order.
+
+    Each chunk of records is read as one array (:func:`_record_heads`: their fixed-size heads),
+    not unpacked one by one: after a crash this is what the first decision waits for."""
     table = BandTable(*index.banding, index.max_bucket)
     simhash = SimhashTable(index.tables.key_masks)
-    start, end = _RECORD.size, _RECORD.size + _SIG_DTYPE.itemsize * index.num_perm
-    rows: list[bytes] = []
-    fps: list[int] = []
-    seqs: list[int] = []
+    head = _record_heads(index.num_perm)
+    heads: list[bytes] = []
+    seqs: list[bytes] = []
 
     def add() -> None:
-        raw = np.frombuffer(b"".join(rows), dtype=_SIG_DTYPE).reshape(len(rows), index.num_perm)
-        numbers = np.array(seqs, dtype=np.uint32)
-        table.add(table.keys(raw), numbers)
-        simhash.add_many(index.tables.permute_many(np.array(fps, dtype=np.uint64)), numbers)
-        rows.clear()
-        fps.clear()
+        rows = np.frombuffer(b"".join(heads), dtype=head)
+        numbers = np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.uint32)  # (seqs fit 32 bits: Index.check_seq)
+        keep = ((rows["flags"] & FLAG_INDEXED) != 0) & (rows["n_shingles"] > 0)
+        if not keep.all():
+            rows, numbers = rows[keep], numbers[keep]
+        if rows.shape[0]:
+            table.add(table.keys(rows["sig"]), numbers)
+            simhash.add_many(index.tables.permute_many(rows["simhash"].astype(np.uint64)), numbers)
+        heads.clear()
         seqs.clear()
 
+    size = head.itemsize
     for key, value in index.scan(b"A"):
-        _, fp, n_shingles, flags, _ = _RECORD.unpack_from(value)
-        if flags & FLAG_INDEXED and n_shingles > 0:
-            rows.append(value[start:end])
-            fps.append(fp)
-            seqs.append(_U64.unpack_from(key, 1)[0])
-            if len(rows) == chunk:
-                add()
-    if rows:
+        heads.append(value[:size])
+        seqs.append(key[1:9])
+        if len(heads) == chunk:
+            add()
+    if heads:
         add()
     return table, simhash
 
 
+def _record_heads(num_perm: int) -> np.dtype:
+    """The fixed-size head of an article record (:data:`~stream_dedup.index_record._RECORD`, then
+    the 16-bit signature) as a numpy record type: the same big-endian fields, no padding."""
+    head = np.dtype([("first_seen", ">f8"), ("simhash", ">u8"), ("n_shingles", ">u4"), ("flags", "u1"),
+                     ("exact", "V16"), ("sig", _SIG_DTYPE, (num_perm,))])
+    assert head.itemsize == _RECORD.size + _SIG_DTYPE.itemsize * num_perm
+    return head
+
+
 def build_passage_lists(index: Index, chunk: int = 4096) -> MemberLists:
-    """The passage lists: each article in the lists its ``D`` key names, in seq order."""
+    """The passage lists: each article in the lists its ``D`` key names, in seq order (a chunk of
+    ``D`` values converted as one array: :func:`~stream_dedup.passages.anchors_of` of their bytes)."""
     lists = MemberLists(UNCAPPED)  # the engine stops adding at --passage-common-docs
-    pairs: list[tuple[np.ndarray, int]] = []
+    values: list[bytes] = []
+    seqs: list[bytes] = []
+
+    def add() -> None:
+        counts = [len(v) // ANCHOR_BYTES for v in values]
+        numbers = np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.uint32)
+        lists.add_entries(anchors_of(b"".join(values)), np.repeat(numbers, counts))
+        values.clear()
+        seqs.clear()
+
     for key, value in index.scan(DELETE_PREFIX):
-        pairs.append((anchors_of(value), _U64.unpack_from(key, 1)[0]))
-        if len(pairs) == chunk:
-            lists.file(pairs)
-            pairs = []
-    lists.file(pairs)
+        values.append(value)
+        seqs.append(key[1:9])
+        if len(values) == chunk:
+            add()
+    if values:
+        add()
     return lists
 
 

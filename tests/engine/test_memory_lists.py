@@ -96,3 +96,21 @@ def test_a_snapshot_without_simhash_tables_is_not_used(tmp_path: Path, textgen) 
     with Deduplicator(EngineConfig(), tmp_path) as d:
         assert memory_lists.load(d.index) is None
         assert _state(d) == expected and d.index.simhash_table.entries == 3 * len(d.tables)
+
+
+@pytest.mark.shared_data
+def test_lists_built_in_small_chunks_equal_the_lists_the_decisions_made(tmp_path: Path, articles) -> None:
+    """The rebuild reads records a chunk at a time as arrays (exact duplicates and empty texts have
+    no sketches to file): any chunking gives the lists the live decisions built."""
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        d.process_batch(articles[:300], now=NOW)
+        d.process_batch([article_from_object({"id": "empty", "text": "..."}, EngineConfig())], now=NOW)
+        buckets, passages, simhash = _state(d)
+        heads = memory_lists._record_heads(d.index.num_perm)
+        flags = [np.frombuffer(v[:heads.itemsize], dtype=heads)["flags"][0] for _, v in d.index.scan(b"A")]
+        assert 0 in flags and 1 in flags  # some records have no sketches filed (exact copies, the empty text)
+        for chunk in (7, 64, 8192):
+            table, sims = memory_lists.build_sketch_tables(d.index, chunk=chunk)
+            assert table.as_dict() == buckets and sims.as_set() == simhash
+            assert memory_lists.build_passage_lists(d.index, chunk=max(1, chunk // 2)).as_dict() == passages
+        assert len(buckets) > 0 and len(passages) > 0
