@@ -276,6 +276,10 @@ class ServiceConfig:
     receipt_sweep: float = _opt(
         60.0, "Worker: seconds between sweeps of the decision stage's delivery receipts (one per input record, "
         "kept until stage 1 can no longer send that record twice; 0 = keep them all).")
+    standby_follow: bool = _opt(
+        True, "Worker: a decision stage that owns nothing (a standby) keeps its index current by applying the "
+        "signature records the owner has committed, so that a takeover replays seconds of them, not the "
+        "whole history (~5-7 min per million articles); costs the standby the owner's decide CPU.")
     fingerprint_processes: int = _opt(
         1, "Worker: stage-1 processes (each consumes its share of the input partitions, parses, fingerprints "
         "and sends signatures); with --stage1-client faust, processes that parse and fingerprint beside Faust's "

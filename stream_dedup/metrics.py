@@ -83,6 +83,10 @@ class Metrics:
             "stream_dedup_decision_stage_stalls", "Times the decision stage found signature records waiting and "
             "no transaction committed for 30 s while the broker answered (it decides again from the committed "
             "offset; a second stall in a row restarts the stage).", registry=r)
+        self.standby_behind = Gauge(
+            "stream_dedup_standby_behind_records", "Decision stage on a standby (--standby-follow): signature "
+            "records the group has committed that this worker's index has not applied yet; a takeover replays "
+            "these first (0 on the owner).", registry=r)
         self.memory_budget = Gauge(
             "stream_dedup_memory_budget_bytes", "The index's memory budget (--memory): RocksDB block cache, "
             "filters, index blocks and memtables.", registry=r)

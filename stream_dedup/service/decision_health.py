@@ -29,8 +29,8 @@ class DecisionHealth:
 
     # The stage's attributes read and set here (all made in DecisionStage.__init__): service, topic,
     # owned, state, needs_reconcile, committed, consumer, client_conf, probe, metrics, stall,
-    # unowned, rejoin, group_view, upkeep, broker_error, _broker_error_at, client_fatal,
-    # _rewound_for_stall; and its _rewind().
+    # unowned, rejoin, group_view, upkeep, follower, broker_error, _broker_error_at, client_fatal,
+    # _rewound_for_stall; and its _rewind() and _index_position().
     service: Any
 
     def _housekeeping(self) -> None:
@@ -39,7 +39,10 @@ class DecisionHealth:
             raise FatalError(self.rejoin.give_up())
         if self.stall.due():
             self._watch_stall()
-        self.upkeep.run(self.committed, self._end_offset if self.owned else None, self.topic)
+        # a following standby has answered every record below its index's position (its receipt sweep's bar)
+        following = self.follower is not None and not self.owned
+        self.upkeep.run(self._index_position() if following else self.committed,
+                        self._end_offset if self.owned else None, self.topic)
 
     def _end_offset(self) -> int | None:
         _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), cached=True)

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
@@ -66,6 +66,7 @@ from . import catchup, kafka_config, txn_calls
 from .broker_probe import BrokerProbe
 from .deciding import Decider, FatalError, open_index, warm_up
 from .decision_health import DecisionHealth
+from .follower import Follower
 from .index_upkeep import IndexUpkeep
 from .receipts import ReceiptSweep
 from .rejoin import RejoinWatch, rejoin_limit
@@ -114,7 +115,9 @@ class DecisionStage(DecisionHealth):
         self.client_fatal: str | None = None  # a fatal librdkafka error: this consumer is unusable
         self.sweep = ReceiptSweep(service)
         self.upkeep = IndexUpkeep(self.dedup, self.metrics, self.sweep, engine.retention)
-        self.probe = BrokerProbe(service, self.client_conf, self._stop, self.sweep, lambda: self.owned)
+        # a standby that follows the owner sweeps its receipts too (:mod:`.follower`)
+        self.probe = BrokerProbe(service, self.client_conf, self._stop, self.sweep,
+                                 lambda: self.owned or self.follower is not None)
         self.stall = StallWatch()
         self.unowned = StallWatch(limit=unowned_limit(service.session_timeout), words=UNOWNED)
         self.rejoin = RejoinWatch(rejoin_limit(service.session_timeout))
@@ -123,6 +126,9 @@ class DecisionStage(DecisionHealth):
         self._rewound_for_stall = False  # the last stall's rewind has not been followed by a commit yet
         self.consumer = Consumer(kafka_config.decisions_consumer_config(service, self.client_conf,
                                                                         error_cb=self._on_error))
+        self.follower = Follower(self.client_conf, self.topic, kafka_config.decisions_group(service),
+                                 self.decider.apply_records, self._index_position) \
+            if service.standby_follow else None  # (the warm standby, :mod:`.follower`)
 
     # ------------------------------------------------------------------ public
     def stop(self) -> None:
@@ -143,8 +149,11 @@ class DecisionStage(DecisionHealth):
         reasons += stall_reasons("decision stage", self.stall, self.unowned)
         if self.rejoin.out:
             reasons.append(f"decision stage: {self.rejoin.reason()}")
-        return {"state": self.state, "owns": self.owned, "index_checkpoint": self.decider.last_applied,
-                "committed_offset": self.committed, "reasons": reasons}
+        status = {"state": self.state, "owns": self.owned, "index_checkpoint": self.decider.last_applied,
+                  "committed_offset": self.committed, "reasons": reasons}
+        if self.follower is not None and not self.owned:
+            status["following"] = self.follower.status()
+        return status
 
     def run(self) -> int:
         """0 after :meth:`stop`; 3 after a fatal error."""
@@ -157,7 +166,7 @@ class DecisionStage(DecisionHealth):
                 if self.needs_reconcile:
                     self._reconcile()
                     continue
-                records = self._fetch(int(self.service.transaction_size), IDLE_WAIT)
+                records = self._fetch(int(self.service.transaction_size), 0.0 if self._following() else IDLE_WAIT)
                 if self.client_fatal:
                     # e.g. a static member fenced by its own re-join after a broker outage
                     # (librdkafka#3437): only a new client recovers, so the worker restarts the stage
@@ -165,6 +174,8 @@ class DecisionStage(DecisionHealth):
                 if records and self.owned and self.producer is not None:
                     self.broker_error = None
                     self._transaction(records)
+                elif self.follower is not None and self.state == "standby":
+                    self._follow()
                 self._housekeeping()
         except FatalError as exc:
             self.fatal = str(exc)
@@ -181,6 +192,8 @@ class DecisionStage(DecisionHealth):
         self.owned = owns
         self.rejoin.assigned()
         self.needs_reconcile = owns
+        if owns and self.follower is not None:
+            self.follower.pause()  # the catch-up and the transactions take the index from here
         self.state = "reconciling" if owns else "standby"
         consumer.assign([])  # the real assignment, with its start offset, follows the catch-up
 
@@ -237,12 +250,6 @@ class DecisionStage(DecisionHealth):
             except Exception:  # noqa: BLE001
                 log.debug("purge failed", exc_info=True)
 
-    def _committed_offset(self) -> int | None:
-        [tp] = self.consumer.committed([TopicPartition(self.topic, 0)], timeout=30)
-        if tp.error:
-            raise KafkaException(tp.error)
-        return None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
-
     def _reconcile(self) -> None:
         """Start the producer, catch the index up to the committed offset, assign from there.
 
@@ -255,7 +262,7 @@ class DecisionStage(DecisionHealth):
         if self.producer is None:
             self.producer = self._new_producer()
         try:
-            committed = self._committed_offset()
+            committed = kafka_config.committed_offset(self.consumer, self.topic, 30)
         except KafkaException as exc:
             self._broker_trouble(str(exc))
             time.sleep(0.5)
@@ -292,6 +299,23 @@ class DecisionStage(DecisionHealth):
                     self._broker_trouble(str(err))
                     continue
                 raise FatalError(f"init_transactions: {err}") from exc
+
+    # ------------------------------------------------------------------ the warm standby
+    def _index_position(self) -> int:
+        """The first signature offset the index has not applied."""
+        last = self.decider.last_applied
+        return 0 if last is None else last + 1
+
+    def _following(self) -> bool:
+        """A standby whose index is behind what the group has committed (it loops without waiting)."""
+        return self.follower is not None and not self.owned and self.state == "standby" and self.follower.behind > 0
+
+    def _follow(self) -> None:
+        """One step of the warm standby (:class:`.follower.Follower`), and its gauges."""
+        assert self.follower is not None
+        if self.follower.step():
+            self.metrics.index_articles.set(len(self.dedup))
+        self.metrics.standby_behind.set(self.follower.behind)
 
     # ------------------------------------------------------------------ one transaction
     def _fetch(self, most: int, wait: float) -> list[Any]:
@@ -412,6 +436,8 @@ class DecisionStage(DecisionHealth):
 
     def _close(self) -> None:
         self._stop.set()
+        if self.follower is not None:
+            self.follower.close()
         # out of the group (lost, not let back in) a consumer has nothing to commit or leave
         kafka_config.close_consumer(self.consumer, "decision stage",
                                     1.0 if self.rejoin.out else kafka_config.CLOSE_SECONDS)

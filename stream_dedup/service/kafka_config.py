@@ -33,7 +33,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from stream_dedup.config import ServiceConfig
 
@@ -111,6 +111,15 @@ class GroupView:
         if self._consumer is not None:
             close_consumer(self._consumer, f"{self.label} (group view)", 1.0)
             self._consumer = None
+
+
+def committed_offset(consumer: Any, topic: str, timeout: float) -> int | None:
+    """The committed offset of ``topic``-0 for ``consumer``'s group (None: nothing committed yet);
+    raises :class:`KafkaException` when the broker does not answer within ``timeout`` s."""
+    [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=timeout)
+    if tp.error:
+        raise KafkaException(tp.error)
+    return None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
 
 
 #: seconds a consumer's close() is given (it commits stored offsets and leaves the group)

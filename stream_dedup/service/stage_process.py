@@ -246,4 +246,6 @@ def readiness_body(reasons: list[str], assigned: list[str], decision: dict[str, 
         "standby": ok and not assigned and not decision.get("owns"),
         "index_checkpoint": decision.get("index_checkpoint"),
         "committed_offset": decision.get("committed_offset"),
+        # a standby's index: records the group has committed that it has not applied (--standby-follow)
+        "index_behind": (decision.get("following") or {}).get("behind"),
     }
