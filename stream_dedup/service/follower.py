@@ -106,12 +106,12 @@ class Follower:
                 if err.code() != KafkaError._PARTITION_EOF:
                     self._say(str(err))
                 continue
-            if m.offset() < self.committed:
+            self._assigned_at = m.offset() + 1  # where the consumer stands now
+            if m.offset() < self.committed:  # (past it only after a gap: read again once committed)
                 chunk.append((m.offset(), m.value()))
         if not chunk:
             return 0
         self._apply(chunk)
-        self._assigned_at = chunk[-1][0] + 1  # where the consumer stands now (the index's position, if all applied)
         self.applied += len(chunk)
         if self._trouble is not None:
             log.info("decision stage (standby): following the owner again")

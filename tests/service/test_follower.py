@@ -36,6 +36,7 @@ class _Log:
         self.assigns: list[int] = []
         self.fail_committed = False
         self.eof = False
+        self.gaps: set[int] = set()  # offsets that hold no record (deleted by retention, compacted)
 
     def committed(self, tps, timeout: float):
         if self.fail_committed:
@@ -51,8 +52,10 @@ class _Log:
 
     def consume(self, n: int, timeout: float):
         assert self.position is not None, "consume before assign"
-        out = [_Msg(i, self.values[i]) for i in range(self.position, min(len(self.values), self.position + n))]
-        self.position += len(out)
+        offsets = [i for i in range(self.position, len(self.values)) if i not in self.gaps][:n]
+        out = [_Msg(i, self.values[i]) for i in offsets]
+        if offsets:
+            self.position = offsets[-1] + 1
         if self.eof:
             out.append(_Msg(self.position, error=KafkaError(KafkaError._PARTITION_EOF)))
         return out
@@ -138,3 +141,18 @@ def test_its_consumer_joins_no_group_and_reads_the_last_committed_offset_at_once
     assert conf["group.id"] == "app.decisions" and "group.instance.id" not in conf
     assert conf["enable.auto.commit"] is False
     assert conf["isolation.level"] == "read_uncommitted"  # (no wait on an open transaction's offsets)
+
+
+def test_a_gap_in_the_offsets_never_skips_a_record() -> None:
+    """Offsets 2-4 are gone: a fetch of 5 records from 0 returns 0, 1, 5, 6, 7, past the committed 6;
+    the one past it is dropped and read again (re-assigned) once the group has committed it."""
+    t, log, index = [0.0], _Log(records=12, committed=6), _Index()
+    log.gaps = {2, 3, 4}
+    f = _follower(log, index, t)
+    assert f.step() == 3 and [o for o, _ in index.applied] == [0, 1, 5]
+    log.committed_at = 12
+    t[0] += follower_module.COMMITTED_EVERY
+    while f.step():
+        pass
+    assert [o for o, _ in index.applied] == [0, 1, 5, 6, 7, 8, 9, 10, 11]
+    assert log.assigns == [0, 6]
