@@ -61,10 +61,12 @@ def owner_of(workers: list[Worker], timeout: float = 120.0) -> Worker:
 
 
 def takeover_line(log: Path) -> tuple[int, int] | None:
+    """(index offset L, group committed C) of the survivor's last takeover (L = -1: an empty index)."""
     found = TAKEOVER_LINE.findall(log.read_bytes())
-    if not found or b"None" in found[-1]:
+    if not found or found[-1][1] == b"None":
         return None
-    return int(found[-1][0]), int(found[-1][1])
+    last, committed = found[-1]
+    return (-1 if last == b"None" else int(last)), int(committed)
 
 
 def run_mode(bootstrap: str, admin, records: list[bytes], more: list[bytes], follow: str,
