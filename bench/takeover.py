@@ -92,11 +92,11 @@ def run_mode(bootstrap: str, admin, records: list[bytes], more: list[bytes], fol
             sys.exit(f"only {len(got)} of {len(sent)} events")
         owner = owner_of(workers)
         standby = next(w for w in workers if w is not owner)
-        committed = owner.readyz().get("committed_offset")
         waited = time.monotonic()
         while follow == "1" and time.monotonic() - waited < 1800:
-            body = standby.readyz()
-            if committed is not None and body.get("index_checkpoint") == committed - 1:
+            committed = owner.readyz().get("committed_offset")  # (read again: the owner may still commit)
+            at = standby.readyz().get("index_checkpoint")
+            if committed is not None and at is not None and at >= committed - 1:
                 break
             time.sleep(0.5)
         follow_lag = time.monotonic() - waited
