@@ -5,7 +5,8 @@ The LSH buckets (:class:`~stream_dedup.band_table.BandTable`), the passage lists
 (:class:`~stream_dedup.simhash_table.SimhashTable`) are derived from what RocksDB keeps: the buckets
 from the 16-bit signature rows of the article records (``A`` keys), the SimHash tables from their
 SimHash, the passage lists from the anchors each article joined (``D`` keys). Building them reads
-every such key once: ~17 s per million articles (README, Scale). So closing an index also writes them to one file,
+every such key once: 11-15 s per million articles on the 2-core benchmark machine (README, Scale).
+So closing an index also writes them to one file,
 ``memory-lists.npz`` in the index directory, and then stores a random token naming that file in
 RocksDB (``Mlists``). Opening loads the file only if RocksDB holds the same token and the same
 article count, and deletes the token before anything else is written (and the file once read): an index that is written
