@@ -44,7 +44,9 @@ timestamp, so they are a function of the signatures log.
 
 **Catch-up.**  On assignment the loop compares the index's last applied offset L with C.  When
 L + 1 < C (another worker decided in between, or the disk is new) it replays ``[L + 1, C)`` from
-the signatures topic without producing anything, then starts at C.
+the signatures topic without producing anything, then starts at C.  A standby keeps L close to C
+while it waits (:mod:`.follower`, ``--standby-follow``): the same replay, a chunk per loop turn,
+never past C.
 """
 
 from __future__ import annotations
