@@ -1,5 +1,6 @@
 """Two workers, a multi-partition input topic: duplicates are found whichever partition the
-original went to, and still after the owner of the decision stage dies (catch-up)."""
+original went to, and still after the owner of the decision stage dies (catch-up of an empty
+index: the workers run with ``--standby-follow 0``)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ def _events_by_id(records) -> dict[str, dict]:
 def test_two_workers_cross_partition_duplicates_and_failover(kio, kafka_topics, worker_topics, start_worker):
     t = worker_topics
     kafka_topics([t.input], partitions=PARTITIONS)
-    w1 = start_worker(t, name="w1")
-    w2 = start_worker(t, name="w2")
+    # no warm standby here: the survivor's index stays empty, so the takeover exercises the catch-up
+    # from the signatures topic (a new worker or disk); following is tested in test_worker_standby.py
+    w1 = start_worker(t, name="w1", standby_follow=0)
+    w2 = start_worker(t, name="w2", standby_follow=0)
     w1.wait_ready(timeout=90)
     w2.wait_ready(timeout=90)
     owner = wait_decision_owner([w1, w2])
