@@ -472,3 +472,68 @@ def test_a_stage_not_let_back_after_losing_signatures_0_exits(tmp_path: Path,
         stage._housekeeping()
     finally:
         stage.dedup.close()
+
+
+class _SignatureLog:
+    """signatures-0 as the standby's follower reads it (manual assignment), and the group's committed offset."""
+
+    def __init__(self, msgs: list[Msg], committed: int) -> None:
+        self.msgs, self.committed_at, self.position = msgs, committed, None
+
+    def committed(self, tps, timeout: float):
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(tps[0].topic, 0, self.committed_at)]
+
+    def assign(self, tps) -> None:
+        self.position = tps[0].offset
+
+    def unassign(self) -> None:
+        self.position = None
+
+    def consume(self, n: int, timeout: float):
+        out = self.msgs[self.position:self.position + n]
+        self.position += len(out)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_standby_follows_what_the_group_committed_into_the_owners_index(tmp_path: Path) -> None:
+    """The warm standby (--standby-follow) through the stage's own loop step: its index ends as the
+    owner's, at the committed offset and not past it; an assignment pauses it."""
+    from confluent_kafka import TopicPartition
+
+    from stream_dedup.service.follower import Follower
+
+    engine = EngineConfig()
+    msgs = _messages(engine)
+    owner, standby = _stage(tmp_path, "owner", engine), _stage(tmp_path, "standby", engine)
+    try:
+        committed = len(msgs) - 20  # the owner has committed all but its last 20 records
+        owner.decider.decide_records(msgs[:committed], [])
+        log = _SignatureLog(msgs, committed)
+        standby.follower = Follower({}, standby.topic, "t.decisions", standby.decider.apply_records,
+                                    standby._index_position, consumer=log)
+        standby.state, standby.owned = "standby", False
+        for _ in range(10):
+            standby._follow()
+        assert standby.decider.last_applied == committed - 1  # level with the owner, not past it
+        assert standby.status()["following"] == {"committed_offset": committed, "behind": 0, "applied": committed}
+        assert len(standby.dedup) == len(owner.dedup) > 0
+        ids = [a.article_id for a in owner.dedup.index.articles(list(range(len(owner.dedup))))]
+        # the same decisions stored under the same ids
+        assert [standby.dedup.decision_of(i).to_event() for i in ids] == [owner.dedup.decision_of(i).to_event()
+                                                                          for i in ids]
+
+        class Assigner:
+            def assign(self, parts) -> None:
+                pass
+
+        standby._on_assign(Assigner(), [TopicPartition(standby.topic, 0)])  # it owns signatures-0 now
+        assert log.position is None and standby.owned and not standby._following()
+        assert "following" not in standby.status()
+    finally:
+        owner.dedup.close()
+        standby.dedup.close()
