@@ -9,7 +9,9 @@ random moments and restarted, ``--cycles`` times; with ``--freeze-seconds S`` ev
 freezes the broker (SIGSTOP) for S seconds instead.  With ``--workers N`` (N >= 2), N workers run,
 each on its own data dir, and each kill is of the worker whose decision stage decides at that
 moment (the failover case): the recovery time is then until another worker (or the restarted
-one) decides, and the killed worker is restarted on its data dir.  Then the committed outputs are read with
+one) decides, and the killed worker is restarted on its data dir; with ``--down-seconds S`` it is
+restarted only once another worker decides and S seconds have passed (longer than
+``--session-timeout``: the takeover by a warm standby, every cycle).  Then the committed outputs are read with
 ``read_committed`` and checked by ``tests/integration/eos_check.py``: lost, doubled and
 contradictory outputs per input record.  Also printed: how long each restart took to become
 ready again, and the quality of the worker's decisions (first event per article, scored like
@@ -118,6 +120,12 @@ def main() -> int:
     ap.add_argument("--keep-log", action="store_true", help="copy each worker's log to the temp dir at the end")
     ap.add_argument("--workers", type=int, default=1,
                     help="workers in the group; with 2 or more, each kill is of the decision-stage owner")
+    ap.add_argument("--down-seconds", type=float, default=0.0,
+                    help="with 2 or more workers: restart a killed owner only once another worker decides and "
+                         "this long has passed since the kill (the takeover path: make it exceed the session "
+                         "timeout); 0 = restart at once (it then usually gets the decision stage back)")
+    ap.add_argument("--session-timeout", type=float, default=0.0,
+                    help="the workers' --session-timeout (0 = the worker's default)")
     args = ap.parse_args()
 
     lines = [ln.rstrip(b"\n") for ln in (args.data / "news_stream.jsonl").open("rb") if ln.strip()]
@@ -171,7 +179,8 @@ def main() -> int:
         broker_pid = int((run_dir / "kafka.pid").read_text().strip())
     dirs = [data_dir] if args.workers <= 1 else [tempfile.mkdtemp(prefix=f"w{i}-", dir=data_dir)
                                                  for i in range(args.workers)]
-    workers = [Worker(bootstrap, prefix, d, []) for d in dirs]
+    extra = ["--session-timeout", f"{args.session_timeout:g}"] if args.session_timeout else []
+    workers = [Worker(bootstrap, prefix, d, extra) for d in dirs]
     worker = workers[0]
     freezes = 0
 
@@ -229,7 +238,17 @@ def main() -> int:
             worker.proc.wait(30)
             worker.log.close()
             t0 = time.monotonic()
-            worker = workers[victim] = Worker(bootstrap, prefix, dirs[victim], [])
+            if len(workers) > 1 and args.down_seconds > 0:  # another worker must take over
+                while deciding() in (None, victim) and time.monotonic() - t0 < 300:
+                    time.sleep(0.1)
+                recoveries.append(time.monotonic() - t0)
+                print(f"  cycle {cycle + 1}: worker {victim} (the owner) killed; worker {deciding()} decides "
+                      f"after {recoveries[-1]:.1f} s", flush=True)
+                time.sleep(max(0.0, args.down_seconds - (time.monotonic() - t0)))
+                workers[victim] = Worker(bootstrap, prefix, dirs[victim], extra)
+                early_seen[victim] = 0.0
+                continue
+            worker = workers[victim] = Worker(bootstrap, prefix, dirs[victim], extra)
             early_seen[victim] = 0.0
             if len(workers) > 1:
                 while deciding() is None and time.monotonic() - t0 < 300:
