@@ -18,6 +18,7 @@ came: ``tests/engine/test_memory_lists.py`` compares both.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -58,29 +59,14 @@ def build_sketch_tables(index: Index, chunk: int = 8192) -> tuple[BandTable, Sim
     table = BandTable(*index.banding, index.max_bucket)
     simhash = SimhashTable(index.tables.key_masks)
     head = _record_heads(index.num_perm)
-    heads: list[bytes] = []
-    seqs: list[bytes] = []
-
-    def add() -> None:
+    for heads, numbers in _chunks(index, b"A", chunk, head.itemsize):
         rows = np.frombuffer(b"".join(heads), dtype=head)
-        numbers = np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.uint32)  # (seqs fit 32 bits: Index.check_seq)
         keep = ((rows["flags"] & FLAG_INDEXED) != 0) & (rows["n_shingles"] > 0)
         if not keep.all():
             rows, numbers = rows[keep], numbers[keep]
         if rows.shape[0]:
             table.add(table.keys(rows["sig"]), numbers)
             simhash.add_many(index.tables.permute_many(rows["simhash"].astype(np.uint64)), numbers)
-        heads.clear()
-        seqs.clear()
-
-    size = head.itemsize
-    for key, value in index.scan(b"A"):
-        heads.append(value[:size])
-        seqs.append(key[1:9])
-        if len(heads) == chunk:
-            add()
-    if heads:
-        add()
     return table, simhash
 
 
@@ -97,24 +83,24 @@ def build_passage_lists(index: Index, chunk: int = 4096) -> MemberLists:
     """The passage lists: each article in the lists its ``D`` key names, in seq order (a chunk of
     ``D`` values converted as one array: :func:`~stream_dedup.passages.anchors_of` of their bytes)."""
     lists = MemberLists(UNCAPPED)  # the engine stops adding at --passage-common-docs
+    for values, numbers in _chunks(index, DELETE_PREFIX, chunk):
+        lists.add_entries(anchors_of(b"".join(values)), np.repeat(numbers, [len(v) // ANCHOR_BYTES for v in values]))
+    return lists
+
+
+def _chunks(index: Index, prefix: bytes, chunk: int, size: int | None = None) -> Iterator[tuple[list[bytes], np.ndarray]]:
+    """The values of the keys ``prefix`` + seq (8 bytes), in seq order, ``chunk`` at a time (each cut to
+    its first ``size`` bytes if given), with their seqs (uint32: they fit, :meth:`Index.check_seq`)."""
     values: list[bytes] = []
     seqs: list[bytes] = []
-
-    def add() -> None:
-        counts = [len(v) // ANCHOR_BYTES for v in values]
-        numbers = np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.uint32)
-        lists.add_entries(anchors_of(b"".join(values)), np.repeat(numbers, counts))
-        values.clear()
-        seqs.clear()
-
-    for key, value in index.scan(DELETE_PREFIX):
-        values.append(value)
+    for key, value in index.scan(prefix):
+        values.append(value if size is None else value[:size])
         seqs.append(key[1:9])
         if len(values) == chunk:
-            add()
+            yield values, np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.uint32)
+            values, seqs = [], []
     if values:
-        add()
-    return lists
+        yield values, np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.uint32)
 
 
 def _fingerprint(index: Index) -> np.ndarray:
