@@ -238,18 +238,18 @@ def main() -> int:
             worker.proc.wait(30)
             worker.log.close()
             t0 = time.monotonic()
-            if len(workers) > 1 and args.down_seconds > 0:  # another worker must take over
+            down = len(workers) > 1 and args.down_seconds > 0  # another worker must take over first
+            if down:
                 while deciding() in (None, victim) and time.monotonic() - t0 < 300:
                     time.sleep(0.1)
                 recoveries.append(time.monotonic() - t0)
                 print(f"  cycle {cycle + 1}: worker {victim} (the owner) killed; worker {deciding()} decides "
                       f"after {recoveries[-1]:.1f} s", flush=True)
                 time.sleep(max(0.0, args.down_seconds - (time.monotonic() - t0)))
-                workers[victim] = Worker(bootstrap, prefix, dirs[victim], extra)
-                early_seen[victim] = 0.0
-                continue
             worker = workers[victim] = Worker(bootstrap, prefix, dirs[victim], extra)
             early_seen[victim] = 0.0
+            if down:
+                continue
             if len(workers) > 1:
                 while deciding() is None and time.monotonic() - t0 < 300:
                     time.sleep(0.1)
