@@ -30,7 +30,7 @@ class DecisionHealth:
     # The stage's attributes read and set here (all made in DecisionStage.__init__): service, topic,
     # owned, state, needs_reconcile, committed, consumer, client_conf, probe, metrics, stall,
     # unowned, rejoin, group_view, upkeep, follower, broker_error, _broker_error_at, client_fatal,
-    # _rewound_for_stall; and its _rewind() and _index_position().
+    # _rewound_for_stall; and its _rewind().
     service: Any
 
     def _housekeeping(self) -> None:
@@ -39,9 +39,10 @@ class DecisionHealth:
             raise FatalError(self.rejoin.give_up())
         if self.stall.due():
             self._watch_stall()
-        # a following standby has answered every record below its index's position (its receipt sweep's bar)
+        # the receipt sweep's bar: the owner's committed offset; a following standby's, only as far as
+        # its index holds the committed records (Follower.settled)
         following = self.follower is not None and not self.owned
-        self.upkeep.run(self._index_position() if following else self.committed,
+        self.upkeep.run(self.follower.settled if following else self.committed,  # type: ignore[union-attr]
                         self._end_offset if self.owned else None, self.topic)
 
     def _end_offset(self) -> int | None:

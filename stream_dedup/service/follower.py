@@ -82,6 +82,13 @@ class Follower:
         """Committed signature records the index has not applied (as of the last read)."""
         return 0 if self.committed is None else max(0, self.committed - self._position())
 
+    @property
+    def settled(self) -> int | None:
+        """The offset below which the group has committed every record and this index holds it (None:
+        nothing committed yet): a former owner's index may run ahead of the committed offset (an
+        aborted transaction), and records past that offset are not answered for good."""
+        return None if self.committed is None else min(self.committed, self._position())
+
     def step(self) -> int:
         """Apply at most one chunk of what the group has committed beyond the index; the records applied."""
         now = self._clock()

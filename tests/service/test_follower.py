@@ -156,3 +156,19 @@ def test_a_gap_in_the_offsets_never_skips_a_record() -> None:
         pass
     assert [o for o, _ in index.applied] == [0, 1, 5, 6, 7, 8, 9, 10, 11]
     assert log.assigns == [0, 6]
+
+
+def test_the_receipt_sweep_bar_of_a_standby_is_what_it_holds_and_the_group_committed() -> None:
+    """A former owner's index may run past the committed offset (decided in an aborted transaction):
+    the records there are not answered for good, so its sweep bar stops at the committed offset."""
+    t, log, index = [0.0], _Log(records=20, committed=None), _Index()
+    f = _follower(log, index, t)
+    assert f.settled is None  # nothing committed (or read) yet: no sweep
+    index.applied = [(i, b"") for i in range(15)]  # ahead of the group
+    log.committed_at = 10
+    f.step()
+    assert f.settled == 10
+    log.committed_at = 18
+    t[0] += follower_module.COMMITTED_EVERY
+    f.step()
+    assert index.position() == 18 and f.settled == 18
