@@ -20,6 +20,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from . import kafka_config
+
 log = logging.getLogger(__name__)
 
 #: name under which the decision stage stores its position in the engine (``decide(checkpoint=...)``)
@@ -39,15 +41,9 @@ def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, 
     (deleted by retention) are skipped with a warning.  Raises ``TimeoutError`` when no
     record arrives for ``stall_timeout`` seconds.
     """
-    conf = dict(client_conf)
-    conf.update({
-        "group.id": "stream-dedup-catchup",  # required by librdkafka; never joined, never committed
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": True,
-    })
-    consumer = Consumer(conf)
+    # a group id is required by librdkafka; never joined, never committed
+    consumer = Consumer({**kafka_config.group_view_config(client_conf, "stream-dedup-catchup"),
+                         "auto.offset.reset": "earliest", "enable.partition.eof": True})
     applied = 0
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15.0)

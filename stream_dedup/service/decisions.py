@@ -310,7 +310,7 @@ class DecisionStage(DecisionHealth):
 
     def _following(self) -> bool:
         """A standby whose index is behind what the group has committed (it loops without waiting)."""
-        return self.follower is not None and not self.owned and self.state == "standby" and self.follower.behind > 0
+        return self.follower is not None and self.state == "standby" and self.follower.behind > 0
 
     def _follow(self) -> None:
         """One step of the warm standby (:class:`.follower.Follower`), and its gauges."""

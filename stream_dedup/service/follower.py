@@ -51,9 +51,8 @@ def follower_config(client_conf: dict[str, Any], group: str) -> dict[str, Any]:
     ``read_uncommitted`` makes its committed-offset reads return the group's last *committed*
     offset at once: a ``read_committed`` client asks for stable offsets and waits while the owner
     has a transaction open (the signatures topic itself has no transactions: the same records)."""
-    return {**client_conf, "group.id": group, "enable.auto.commit": False, "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest", "isolation.level": "read_uncommitted",
-            "queued.max.messages.kbytes": 4096, "fetch.wait.max.ms": 100}
+    return {**kafka_config.group_view_config(client_conf, group), "auto.offset.reset": "earliest",
+            "isolation.level": "read_uncommitted", "queued.max.messages.kbytes": 4096, "fetch.wait.max.ms": 100}
 
 
 class Follower:
