@@ -280,6 +280,10 @@ class ServiceConfig:
         True, "Worker: a decision stage that owns nothing (a standby) keeps its index current by applying the "
         "signature records the owner has committed, so that a takeover replays seconds of them, not the "
         "whole history (~5-7 min per million articles); costs the standby the owner's decide CPU.")
+    standby_ready_behind: int = _opt(
+        10000, "Worker: a following standby is not ready while its index is more than this many signature "
+        "records behind the group's committed decisions (a takeover would replay them first), so that a "
+        "rolling update or a drain waits for it before stopping the owner (0 = ready however far behind).")
     fingerprint_processes: int = _opt(
         1, "Worker: stage-1 processes (each consumes its share of the input partitions, parses, fingerprints "
         "and sends signatures); with --stage1-client faust, processes that parse and fingerprint beside Faust's "

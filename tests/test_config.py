@@ -238,3 +238,11 @@ def test_every_field_has_help_and_a_flag() -> None:
         assert f.metadata["help"]
         assert flag_name(f) in help_text
         assert env_name(f) in help_text
+
+
+def test_the_readme_holds_the_reference_table_as_the_code_prints_it() -> None:
+    """The README's configuration table is ``stream-dedup config --markdown``'s, row for row."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert markdown_table() in readme, "README's configuration table is stale: paste `stream-dedup config --markdown`"

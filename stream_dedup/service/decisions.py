@@ -154,7 +154,11 @@ class DecisionStage(DecisionHealth):
         status = {"state": self.state, "owns": self.owned, "index_checkpoint": self.decider.last_applied,
                   "committed_offset": self.committed, "reasons": reasons}
         if self.follower is not None and not self.owned:
-            status["following"] = self.follower.status()
+            status["following"] = following = self.follower.status()
+            limit, behind = int(self.service.standby_ready_behind), following["behind"]
+            if limit > 0 and behind is not None and behind > limit:
+                reasons.append(f"standby index {behind} signature records behind the committed decisions "
+                               f"(following; ready within {limit}, --standby-ready-behind)")
         return status
 
     def run(self) -> int:

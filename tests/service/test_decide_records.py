@@ -537,3 +537,41 @@ def test_a_standby_follows_what_the_group_committed_into_the_owners_index(tmp_pa
     finally:
         owner.dedup.close()
         standby.dedup.close()
+
+
+def test_a_standby_far_behind_the_committed_decisions_is_not_ready_until_it_follows_closer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--standby-ready-behind: a following standby whose index is more records behind the group's
+    committed offset than the limit gives a reason not to be ready (a rolling update waits for it);
+    once it has applied enough, the reason goes; 0 turns the gate off."""
+    from dataclasses import replace
+
+    from stream_dedup.service import follower as follower_module
+    from stream_dedup.service.follower import Follower
+
+    monkeypatch.setattr(follower_module, "CHUNK", 25)  # a step applies 25 records
+    engine = EngineConfig()
+    msgs = _messages(engine)
+    standby = _stage(tmp_path, "standby", engine)
+    try:
+        standby.service = replace(standby.service, standby_ready_behind=40)
+        committed = len(msgs) - 20
+        standby.follower = Follower({}, standby.topic, "t.decisions", standby.decider.apply_records,
+                                    standby._index_position, consumer=_SignatureLog(msgs, committed))
+        standby.state, standby.owned = "standby", False
+        assert standby.status()["reasons"] == []  # the committed offset not read yet: nothing known
+        standby._follow()
+        behind = standby.status()["following"]["behind"]
+        assert behind == committed - 25 > 40
+        assert standby.status()["reasons"] == [
+            f"standby index {behind} signature records behind the committed decisions "
+            "(following; ready within 40, --standby-ready-behind)"]
+        standby.service = replace(standby.service, standby_ready_behind=0)
+        assert standby.status()["reasons"] == []  # no gate
+        standby.service = replace(standby.service, standby_ready_behind=40)
+        while standby.status()["following"]["behind"] > 40:
+            assert standby.status()["reasons"]
+            standby._follow()
+        assert standby.status()["reasons"] == []
+    finally:
+        standby.dedup.close()
