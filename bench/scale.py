@@ -1,7 +1,8 @@
 """Does ``stream-dedup dedup`` keep its rate as the index grows? (issue 13)
 
     python bench/scale.py [--articles 1000000] [--chunk 20000] [--memory 2GB] [--data ../shared/data]
-                          [--stream FILE] [--keep-state DIR] [--json FILE] [-- EXTRA DEDUP FLAGS]
+                          [--stream FILE] [--keep-state DIR] [--json FILE] [--reference 3000]
+                          [-- EXTRA DEDUP FLAGS]
 
 1. Builds a long stream from rounds of the shared dev stream (7,431 records): round r suffixes every
    word of every record with ``r`` and r in three digits (``r000``, ``r001``, ...; the id too), so no
@@ -11,11 +12,18 @@
    measured was the input's). It is written once to ``--stream`` (default: a file in the temporary
    directory, reused by later runs that ask for as many articles or fewer).
 2. Runs the whole ``dedup`` command on it as a subprocess (``python -m stream_dedup.cli dedup``,
-   this tree's code), with ``--stats-every CHUNK`` and ``--memory``, into a fresh ``--state``.
+   this tree's code), with ``--stats-every CHUNK`` and ``--memory``, into a fresh ``--state``, fed
+   through a pipe one chunk at a time. Between two chunks, while the command waits for input, a
+   same-run reference decides the stream's first ``--reference`` records into a fresh index in a
+   process of its own: the machine's speed at that moment (this shared machine's speed drifts by
+   20-30 % within minutes, more than a 1M-article run's slope). A chunk's rate is its records over
+   the time from its first byte written to its stats line.
 3. Prints one row per chunk: records/s over the chunk, CPU time per record (the process's, RocksDB
    compaction threads included: unlike the rate, it does not depend on what else runs), RSS, index bytes on disk per article,
-   block cache use and hit rate, the memory of the LSH buckets and passage lists; then whether every chunk's rate stayed within 20 % of the
-   first's, the bytes per article of the closed index, and how long the whole command takes for one
+   block cache use and hit rate, the memory of the LSH buckets and passage lists, the reference's
+   records/s around the chunk and the chunk's rate against the first's at the reference's speed
+   (each chunk's rate over its reference's); then whether every chunk's rate stayed within 20 % of the
+   first's, raw and at the reference's speed, the bytes per article of the closed index, and how long the whole command takes for one
    more record on the full index: with its in-memory lists loaded from the snapshot its close wrote,
    and built again from RocksDB.
 
@@ -95,26 +103,108 @@ def build_stream(source: Path, target: Path, articles: int) -> None:
           f"in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
-def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra: list[str]) -> tuple[list[dict], str]:
-    """Run ``dedup`` on the first ``articles`` lines of ``stream``; return its stats lines and summary."""
+class Reference:
+    """The same-run reference (``--reference N``): a child process that decides the stream's first
+    ``N`` records into a fresh index each time it is asked, between two chunks of the measured run
+    (which then waits for input). Its rate follows the machine's speed at that moment, not the
+    index's size, so a chunk's rate over the reference's around it tells the index's slope apart
+    from a shared machine's drift."""
+
+    def __init__(self, stream: Path, records: int) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--reference-child", str(records),
+                                      "--stream", str(stream)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env)
+        self.records = records
+
+    def rate(self) -> float:
+        """Records/s of one reference run now."""
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return self.records / float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def reference_child(stream: Path, records: int) -> int:
+    """``--reference-child``: for each line on stdin, decide the first ``records`` lines of ``stream``
+    (256 at a time, as ``dedup`` does) into a fresh index; print the seconds it took."""
+    from stream_dedup.config import EngineConfig
+    from stream_dedup.engine import Deduplicator
+    from stream_dedup.record import parse_record
+
+    config = EngineConfig()
+    with stream.open("rb") as f:
+        lines = [line for _, line in zip(range(records), f, strict=False)]
+    with tempfile.TemporaryDirectory(prefix="stream-dedup-scale-ref-") as tmp:
+        for n, _ in enumerate(sys.stdin):
+            with Deduplicator(config, Path(tmp) / str(n)) as dedup:
+                t0 = time.perf_counter()
+                for i in range(0, len(lines), 256):
+                    dedup.process_batch([parse_record(line, config) for line in lines[i:i + 256]])
+                print(time.perf_counter() - t0, flush=True)
+    return 0
+
+
+def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra: list[str],
+        reference: Reference | None) -> tuple[list[dict], str]:
+    """Run ``dedup`` on the first ``articles`` lines of ``stream``, fed a chunk at a time through a
+    pipe; return its stats lines and summary. Each stats line gets ``busy_seconds`` (from the first
+    byte of its chunk written to the line read: the command waits for input between chunks) and,
+    with ``reference``, ``reference_rate`` (the reference's records/s just before and just after
+    the chunk, averaged)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     cmd = [sys.executable, "-m", "stream_dedup.cli", "dedup", "-", "--out", str(state) + ".events.jsonl", "--state", str(state),
            "--stats-every", str(chunk), "--memory", memory, *extra]
-    print(f"$ head -n {articles} {stream} | PYTHONPATH={REPO} python {' '.join(cmd[1:])}", file=sys.stderr)
-    head = subprocess.Popen(["head", "-n", str(articles), str(stream)], stdout=subprocess.PIPE)
-    proc = subprocess.Popen(cmd, stdin=head.stdout, stderr=subprocess.PIPE, text=True, env=env)
-    head.stdout.close()
-    stats, rest = [], []
-    print_header()
-    for line in proc.stderr:
-        if line.startswith('{"stats"'):
-            stats.append(json.loads(line))
-            print_row(stats[-1], stats[0], stats[-2] if len(stats) > 1 else None)
-        else:
-            rest.append(line)
+    print(f"$ head -n {articles} {stream} | PYTHONPATH={REPO} python {' '.join(cmd[1:])}"
+          f"  (fed {chunk:,} lines at a time{', a reference run between chunks' if reference else ''})", file=sys.stderr)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    stats: list[dict] = []
+    rest: list[str] = []
+    print_header(reference is not None)
+    before = reference.rate() if reference else None
+    with stream.open("rb") as source:
+        fed = 0
+        while fed < articles:
+            lines = [line for _, line in zip(range(min(chunk, articles - fed)), source, strict=False)]
+            if not lines:
+                break
+            fed += len(lines)
+            t0 = time.perf_counter()
+            proc.stdin.writelines(lines)
+            if fed >= articles or len(lines) < chunk:
+                proc.stdin.close()  # the last (maybe partial) chunk: its stats line comes at the end of input
+            else:
+                proc.stdin.flush()
+            for raw in proc.stderr:
+                line = raw.decode("utf-8", "replace")
+                if not line.startswith('{"stats"'):
+                    rest.append(line)
+                    continue
+                s = json.loads(line)
+                s["busy_seconds"] = round(time.perf_counter() - t0, 3)
+                if reference:
+                    after = reference.rate()
+                    s["reference_rate"] = round((before + after) / 2, 1)
+                    before = after
+                stats.append(s)
+                print_row(stats[-1], stats[0], stats[-2] if len(stats) > 1 else None)
+                break
+    if not proc.stdin.closed:
+        proc.stdin.close()
+    rest += [raw.decode("utf-8", "replace") for raw in proc.stderr]
     if proc.wait() != 0:
         raise SystemExit(f"dedup failed ({proc.returncode}):\n{''.join(rest)}")
     return stats, "".join(rest)
+
+
+def chunk_rate(s: dict, before: dict | None) -> float:
+    """Records/s of a chunk while the command had its input (``busy_seconds``), else its own figure."""
+    if "busy_seconds" not in s:
+        return s["chunk_records_per_second"]
+    return (s["lines"] - (before["lines"] if before else 0)) / max(s["busy_seconds"], 1e-9)
 
 
 PROBE = b'{"id": "scale-reopen-probe", "text": "A record that matches nothing in the index, decided after it reopens."}\n'
@@ -131,21 +221,28 @@ def reopen_seconds(state: Path, memory: str, extra: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def print_header() -> None:
+def print_header(reference: bool) -> None:
+    more = " | reference records/s | vs first, at the reference's speed" if reference else ""
     print("| articles | records/s | vs first | CPU ms/record | RSS MB | index MB | bytes/article | cache used MB "
-          "| hit rate | lists in memory MB |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
+          f"| hit rate | lists in memory MB{more} |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---:" + " | ---: | ---:" * reference + " |",
+          flush=True)
 
 
 def print_row(s: dict, first: dict, before: dict | None) -> None:
     """One chunk; CPU per record (compaction threads included) does not depend on other load on the machine."""
-    rate, hit = s["chunk_records_per_second"], s["block_cache_hit_rate"]
+    rate, hit = chunk_rate(s, before), s["block_cache_hit_rate"]
+    first_rate = chunk_rate(first, None)
     cpu = (s["cpu_seconds"] - (before["cpu_seconds"] if before else 0.0)) / (s["lines"] - (before["lines"] if before
                                                                                           else 0)) * 1000
-    print(f"| {s['index_articles']:,} | {rate:,.0f} | {rate / first['chunk_records_per_second']:.0%} | {cpu:.2f} | "
+    more = ""
+    if "reference_rate" in s:
+        more = (f" | {s['reference_rate']:,.0f} | "
+                f"{rate / s['reference_rate'] / (first_rate / first['reference_rate']):.0%}")
+    print(f"| {s['index_articles']:,} | {rate:,.0f} | {rate / first_rate:.0%} | {cpu:.2f} | "
           f"{s['rss_bytes'] / 2**20:,.0f} | {s['index_bytes'] / 2**20:,.0f} | "
           f"{s['index_bytes'] / max(1, s['index_articles']):,.0f} | {s['block_cache_usage_bytes'] / 2**20:,.0f} | "
-          f"{'-' if hit is None else f'{hit:.1%}'} | {sum(s.get(k, 0) for k in LIST_BYTES) / 2**20:,.0f} |",
+          f"{'-' if hit is None else f'{hit:.1%}'} | {sum(s.get(k, 0) for k in LIST_BYTES) / 2**20:,.0f}{more} |",
           flush=True)
 
 
@@ -164,29 +261,52 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the stream is built (kept for later runs; the name says its suffix format)")
     ap.add_argument("--keep-state", type=Path, help="index directory to keep (default: a temporary one)")
     ap.add_argument("--json", type=Path, help="also write the stats lines and the verdict here")
+    ap.add_argument("--reference", type=int, default=3000,
+                    help="records of the same-run reference decided between chunks (0 = none; default: 3000)")
+    ap.add_argument("--reference-child", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("extra", nargs="*", help="more dedup flags (after --)")
     args = ap.parse_args(argv)
+    if args.reference_child:
+        return reference_child(args.stream, args.reference_child)
     source = args.data / "news_stream.jsonl"
     if not source.exists():
         print(f"no shared data at {source}", file=sys.stderr)
         return 2
     build_stream(source, args.stream, args.articles)
+    reference = Reference(args.stream, args.reference) if args.reference > 0 else None
     with tempfile.TemporaryDirectory(prefix="stream-dedup-scale-") as tmp:
         state = args.keep_state or Path(tmp) / "state"
-        stats, summary = run(args.stream, args.articles, args.chunk, args.memory, state, args.extra)
+        try:
+            stats, summary = run(args.stream, args.articles, args.chunk, args.memory, state, args.extra, reference)
+        finally:
+            if reference:
+                reference.close()
         snapshot_bytes = (state / SNAPSHOT_FILE).stat().st_size if (state / SNAPSHOT_FILE).exists() else 0
         at_rest = index_bytes(state) - snapshot_bytes
         reopen = reopen_seconds(state, args.memory, args.extra)        # the lists loaded from the snapshot
         (state / SNAPSHOT_FILE).unlink(missing_ok=True)
         rebuild = reopen_seconds(state, args.memory, args.extra)       # the lists built from RocksDB
         fresh = reopen_seconds(Path(tmp) / "fresh", args.memory, args.extra)
+    rates = {s["lines"]: chunk_rate(s, p) for p, s in zip([None, *stats], stats, strict=False)}
     full = [s for s in stats if s["lines"] % args.chunk == 0] or stats  # the last partial chunk is noisy
-    first = full[0]["chunk_records_per_second"]
-    worst = min(full, key=lambda s: s["chunk_records_per_second"])
-    met = worst["chunk_records_per_second"] >= FLAT * first
-    print(f"\nslowest chunk: {worst['chunk_records_per_second']:,.0f} records/s at {worst['index_articles']:,} "
-          f"articles = {worst['chunk_records_per_second'] / first:.0%} of the first ({first:,.0f} records/s)")
+    first = rates[full[0]["lines"]]
+    worst = min(full, key=lambda s: rates[s["lines"]])
+    met = rates[worst["lines"]] >= FLAT * first
+    print(f"\nslowest chunk: {rates[worst['lines']]:,.0f} records/s at {worst['index_articles']:,} "
+          f"articles = {rates[worst['lines']] / first:.0%} of the first ({first:,.0f} records/s)")
     print(f"flat within 20 % of the first chunk: {'met' if met else 'NOT met'}")
+    ref_met = None
+    if reference:
+        relative = {s["lines"]: rates[s["lines"]] / s["reference_rate"] for s in full}
+        ref_first = relative[full[0]["lines"]]
+        ref_worst = min(full, key=lambda s: relative[s["lines"]])
+        ref_met = relative[ref_worst["lines"]] >= FLAT * ref_first
+        spread = [s["reference_rate"] for s in full]
+        print(f"the reference ({args.reference:,} records into a fresh index between chunks): {min(spread):,.0f} to "
+              f"{max(spread):,.0f} records/s over the run ({min(spread) / max(spread):.0%}: the machine's own drift)")
+        print(f"at the reference's speed, slowest chunk at {ref_worst['index_articles']:,} articles = "
+              f"{relative[ref_worst['lines']] / ref_first:.0%} of the first; flat within 20 %: "
+              f"{'met' if ref_met else 'NOT met'}")
     cpu = [(s["cpu_seconds"] - p["cpu_seconds"]) / (s["lines"] - p["lines"]) for p, s in
            zip([{"cpu_seconds": 0.0, "lines": 0}, *full], full, strict=False)]
     cpu_met = max(cpu) <= cpu[0] / FLAT
@@ -204,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     print(summary.strip())
     if args.json:
         args.json.write_text(json.dumps({"articles": args.articles, "memory": args.memory, "stats": stats,
-                                         "flat": met, "cpu_flat": cpu_met, "reopen_seconds": reopen,
+                                         "flat": met, "flat_at_reference_speed": ref_met, "cpu_flat": cpu_met, "reopen_seconds": reopen,
                                          "rebuild_seconds": rebuild, "snapshot_bytes": snapshot_bytes,
                                          "fresh_seconds": fresh, "closed_index_bytes": at_rest}, indent=1) + "\n")
     return 0

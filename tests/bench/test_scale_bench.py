@@ -1,0 +1,35 @@
+"""bench/scale.py end to end on a tiny stream built from the committed sample: the command fed a
+chunk at a time, a row per chunk with the rate measured while it had input, and the same-run
+reference's rate around each chunk (issue 13's flatness verdict at the machine's speed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "examples" / "news_sample.jsonl"
+
+
+def test_scale_bench_feeds_chunks_and_measures_a_reference_around_each(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "news_stream.jsonl").write_bytes(b"".join(SAMPLE.read_bytes().splitlines(keepends=True)[:100]))
+    out = tmp_path / "scale.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "scale.py"), "--data", str(data),
+                           "--stream", str(tmp_path / "stream.jsonl"), "--articles", "250", "--chunk", "100",
+                           "--reference", "40", "--json", str(out)], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    stats = result["stats"]
+    assert [s["lines"] for s in stats] == [100, 200, 250]  # two full chunks and the partial last one
+    assert stats[-1]["index_articles"] == 250  # three rounds of 100 records: none matches another round
+    for s in stats:
+        assert 0 < s["busy_seconds"] < 60
+        assert s["reference_rate"] > 0
+    assert result["flat_at_reference_speed"] in (True, False)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 1") or line.startswith("| 2")]
+    assert len(rows) == 3 and all(line.count("|") == 13 for line in rows), proc.stdout
+    assert "at the reference's speed, slowest chunk" in proc.stdout
