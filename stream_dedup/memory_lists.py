@@ -7,7 +7,7 @@ from the 16-bit signature rows of the article records (``A`` keys), the SimHash 
 SimHash, the passage lists from the anchors each article joined (``D`` keys). Building them reads
 every such key once: 11-15 s per million articles on the 2-core benchmark machine (README, Scale).
 So closing an index also writes them to one file,
-``memory-lists.npz`` in the index directory, and then stores a random token naming that file in
+``memory-lists-2.npz`` in the index directory, and then stores a random token naming that file in
 RocksDB (``Mlists``). Opening loads the file only if RocksDB holds the same token and the same
 article count, and deletes the token before anything else is written (and the file once read): an index that is written
 to and then not closed (a crash, a kill) has no token, and its lists are built again from RocksDB.
@@ -33,7 +33,10 @@ from .simhash_table import SimhashTable
 if TYPE_CHECKING:
     from .index import Index
 
-SNAPSHOT_FILE = "memory-lists.npz"
+#: (``-2``: the layout with one-member lists inline in their slots, :mod:`stream_dedup.list_table`; the
+#: file of the layout before it, ``memory-lists.npz``, is not read, so an index closed by an older version
+#: builds its lists again once, and an older version never reads this layout)
+SNAPSHOT_FILE = "memory-lists-2.npz"
 TOKEN_KEY = b"Mlists"
 _LIST_ARRAYS = ("slot_keys", "slot_head", "node_seq", "node_next", "meta")
 

@@ -49,7 +49,8 @@ def test_random_adds_and_removes_match_the_model(cap: int) -> None:
     for k in universe:
         assert table.lookup(np.array([k], dtype=np.uint64)).tolist() == model.lists.get(k, [])
     assert table.members == sum(len(v) for v in model.lists.values())
-    assert table.slot_keys.shape[0] > 16 and table.node_seq.shape[0] > 8
+    assert table.slot_keys.shape[0] > 16
+    assert table.node_seq.shape[0] > 8 if cap > 1 else table.meta[1] == 0  # lists of one member take no node
 
 
 def test_lookup_concatenates_buckets_in_the_order_asked() -> None:
@@ -169,3 +170,27 @@ def test_a_large_add_mid_growth_finishes_the_growth_at_once(monkeypatch: pytest.
         seq += n
         assert table.as_dict() == {k: v for k, v in model.lists.items() if v}
     assert table.members == sum(len(v) for v in model.lists.values())
+
+
+def test_a_list_of_one_member_is_held_in_its_slot() -> None:
+    """One-member lists take no node (their slot's head is -2 - seq); a second member moves the first
+    into a node; a seq too large for an int32 head takes a node; removals and cap 1 work on both."""
+    table = BandTable(bands=4, rows=3, cap=3)
+    table.add(np.array([[1, 2]], dtype=np.uint64), np.array([7], dtype=np.uint32))
+    assert table.meta[1] == 0 and table.members == 2
+    assert table.lookup(np.array([1, 2], dtype=np.uint64)).tolist() == [7, 7]
+    table.add(np.array([[1, 3]], dtype=np.uint64), np.array([8], dtype=np.uint32))
+    assert table.meta[1] == 2  # key 1 holds two: two nodes; key 3 one, inline
+    assert table.as_dict() == {1: [8, 7], 2: [7], 3: [8]}
+    big = list_table.INLINE_MAX + 1
+    table.add(np.array([[4, 2]], dtype=np.uint64), np.array([big], dtype=np.uint32))
+    assert table.as_dict() == {1: [8, 7], 2: [big, 7], 3: [8], 4: [big]}
+    table.remove(np.array([2, 3, 4], dtype=np.uint64), 7)  # 3 and 4 do not hold 7
+    table.remove(np.array([3], dtype=np.uint64), 8)
+    table.remove(np.array([4], dtype=np.uint64), big)
+    assert table.as_dict() == {1: [8, 7], 2: [big]}
+    assert table.members == 3 and int(table.meta[4]) == 2  # members, lists not empty
+    one = BandTable(bands=4, rows=3, cap=1)
+    for seq in (5, big, 6, big + 1, 9):
+        one.add(np.array([[10]], dtype=np.uint64), np.array([seq], dtype=np.uint32))
+        assert one.as_dict() == {10: [seq]} and one.members == 1
