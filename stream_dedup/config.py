@@ -163,9 +163,9 @@ class EngineConfig:
     memory: int = _opt(
         2 << 30, "Memory for the index (RocksDB block cache, bloom filters and index blocks, memtables: one "
         "budget), e.g. 512MB, 2GB. The LSH buckets, passage lists and SimHash tables are kept in memory outside it: "
-        "~1.5-1.9 GB per million articles (RSS 1.7-2.3 GB at 1,000,000 articles with 2GB). With the default the rate "
-        "stayed within 12 percent of its start up to 1,000,000 articles (slowest chunk 88-89 percent of the first, "
-        "README: Measured quality and speed); below "
+        "~1.1 GB per million articles, up to ~1.7 GB while a table grows (RSS 2.0 GB at 1,000,000 articles with "
+        "2GB). With the default the rate stayed flat up to 1,000,000 articles (the median of every tenth of the run "
+        "within 7 percent of the first tenth's CPU per record, README: Measured quality and speed); below "
         "the index's working set the rate falls as the index grows.",
         parse=parse_size, show=format_size)
     id_field: str = _opt("id", "Input field that holds the article id.")

@@ -95,7 +95,7 @@ class Metrics:
             "charged to the cache).", registry=r)
         self.band_table_bytes = Gauge(
             "stream_dedup_band_table_bytes", "Memory of the LSH buckets, kept out of RocksDB and outside --memory "
-            "(~1 KB per indexed article at 37 bands; see stream_dedup.band_table).", registry=r)
+            "(~0.5 KB per indexed article at 37 bands; see stream_dedup.band_table).", registry=r)
         self.passage_lists_bytes = Gauge(
             "stream_dedup_passage_lists_bytes", "Memory of the passage anchors' article lists, kept out of RocksDB "
             "and outside --memory (see stream_dedup.passages).", registry=r)
