@@ -103,6 +103,11 @@ def build_stream(source: Path, target: Path, articles: int) -> None:
           f"in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
+def _child_env() -> dict[str, str]:
+    """The environment of the processes the bench starts: this tree's code first."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+
+
 class Reference:
     """The same-run reference (``--reference N``): a child process that decides the stream's first
     ``N`` records into a fresh index each time it is asked, between two chunks of the measured run
@@ -111,10 +116,9 @@ class Reference:
     from a shared machine's drift."""
 
     def __init__(self, stream: Path, records: int) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--reference-child", str(records),
                                       "--stream", str(stream)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=env)
+                                     text=True, env=_child_env())
         self.records = records
 
     def rate(self) -> float:
@@ -157,12 +161,11 @@ def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra
     byte of its chunk written to the line read: the command waits for input between chunks) and,
     with ``reference``, ``reference_rate`` (the reference's records/s just before and just after
     the chunk, averaged)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     cmd = [sys.executable, "-m", "stream_dedup.cli", "dedup", "-", "--out", str(state) + ".events.jsonl", "--state", str(state),
            "--stats-every", str(chunk), "--memory", memory, *extra]
     print(f"$ head -n {articles} {stream} | PYTHONPATH={REPO} python {' '.join(cmd[1:])}"
           f"  (fed {chunk:,} lines at a time{', a reference run between chunks' if reference else ''})", file=sys.stderr)
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env())
     stats: list[dict] = []
     rest: list[str] = []
     print_header(reference is not None)
@@ -203,9 +206,7 @@ def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra
 
 
 def chunk_rate(s: dict, before: dict | None) -> float:
-    """Records/s of a chunk while the command had its input (``busy_seconds``), else its own figure."""
-    if "busy_seconds" not in s:
-        return s["chunk_records_per_second"]
+    """Records/s of a chunk while the command had its input (``busy_seconds``, set by :func:`run`)."""
     return (s["lines"] - (before["lines"] if before else 0)) / max(s["busy_seconds"], 1e-9)
 
 
@@ -215,11 +216,10 @@ PROBE = b'{"id": "scale-reopen-probe", "text": "A record that matches nothing in
 def reopen_seconds(state: Path, memory: str, extra: list[str]) -> float:
     """Wall time of the whole ``dedup`` command deciding one new record on the index in ``state``
     (opening it, rebuilding its LSH buckets from the records, deciding, closing)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     cmd = [sys.executable, "-m", "stream_dedup.cli", "dedup", "-", "--out", os.devnull, "--state", str(state),
            "--memory", memory, "-q", *extra]
     t0 = time.perf_counter()
-    subprocess.run(cmd, input=PROBE, env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, input=PROBE, env=_child_env(), check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 

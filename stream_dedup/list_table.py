@@ -172,20 +172,16 @@ def table_add(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mir
         head = np.int64(slot_head[h])
         seq = seqs[i]
         meta[3] += 1
-        if head == -1:  # an empty list: its one member inline
+        if head <= -2 and cap <= 1:  # the one member, inline, is replaced: as if the list were empty
+            meta[3] -= 1
+            head = np.int64(-1)
+        elif head == -1:
             meta[4] += 1
-            if np.int64(seq) <= INLINE_MAX:
-                slot_head[h] = _inline(seq)
-                continue
-        elif head <= -2:  # one member inline
-            if cap <= 1:  # replaced
-                meta[3] -= 1
-                if np.int64(seq) <= INLINE_MAX:
-                    slot_head[h] = _inline(seq)
-                    continue
-                head = np.int64(-1)
-            else:  # the inline member takes a node: the list gets two
-                head = _alloc(node_seq, node_next, mirror_seq, mirror_next, meta, _inline(head), -1)
+        if head == -1 and np.int64(seq) <= INLINE_MAX:  # the list's one member, inline
+            slot_head[h] = _inline(seq)
+            continue
+        if head <= -2:  # the inline member takes a node: the list gets two
+            head = _alloc(node_seq, node_next, mirror_seq, mirror_next, meta, _inline(head), -1)
         node = _alloc(node_seq, node_next, mirror_seq, mirror_next, meta, seq, head)
         slot_head[h] = node
         count = 1

@@ -156,7 +156,7 @@ class DecisionStage(DecisionHealth):
         if self.follower is not None and not self.owned:
             status["following"] = following = self.follower.status()
             limit, behind = int(self.service.standby_ready_behind), following["behind"]
-            if limit > 0 and behind is not None and behind > limit:
+            if limit > 0 and behind > limit:
                 reasons.append(f"standby index {behind} signature records behind the committed decisions "
                                f"(following; ready within {limit}, --standby-ready-behind)")
         return status
