@@ -45,6 +45,7 @@ def _sample_texts() -> list[tuple[str, str]]:
         ("g", "한국어 텍스트는 띄어쓰기가 있지만 교착어입니다. 서울은 수도입니다." * 5),
         ("gr", "Το Υπουργείο Οικονομικών στην Αθήνα ανακοίνωσε στις 12 Μαΐου 3,5 δισεκατομμύρια ευρώ για την "
                "Εθνική Τράπεζα της Ελλάδας. " * 3),  # identity tokens of a text that does not fold to ASCII
+        ("la", "Señor Müller’s café — naïve “Straße” … Łódź " + lead),  # Latin script: folded by table
         ("h", "Markets close higher"),
         ("i", ""),
     ]

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import kernels
 from .config import EngineConfig
+from .fold_table import fold_bytes
 from .folding import fold
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
 from .headline import flag_words, strip_flag
@@ -32,7 +33,7 @@ from .passages import MAX_ANCHORS, NO_ANCHORS, winnow, winnow_reference
 from .record import Article
 from .rewrite import NO_WORDS, stop_hashes, word_bitmap, word_bitmap_reference
 from .simhash import simhash_numpy
-from .text import ascii_equivalent, blank_non_word, char_tokens, has_no_boundary_script, tokenize
+from .text import blank_non_word, char_tokens, has_no_boundary_script, tokenize
 
 # 2: text folding (stream_dedup.folding) and Hangul per character, and the identity sketch after
 # the signature; a version-1 fingerprint was computed from other tokens, so it is refused.
@@ -139,9 +140,12 @@ class Fingerprinter:
             return self.tokens.hashes(char_tokens(self.plain_text(text, is_html)))
         if is_html:
             text = html_to_text(text)
-        raw = ascii_equivalent(text)
-        if raw is not None:  # folding is lower() on ASCII: skip it
-            return _token_hashes_utf8(np.frombuffer(raw, dtype=np.uint8), kernels.WORD_BYTES, self.config.seed)
+        if text.isascii():  # folding is lower() on ASCII: skip it
+            return _token_hashes_utf8(np.frombuffer(text.encode("ascii").lower(), dtype=np.uint8), kernels.WORD_BYTES,
+                                      self.config.seed)
+        folded = fold_bytes(text, bool(self.config.fold_diacritics))  # Latin script and punctuation: by table
+        if folded is not None:
+            return _token_hashes_utf8(folded, kernels.WORD_BYTES, self.config.seed)
         norm = fold(text, bool(self.config.fold_diacritics))
         if norm.isascii():
             buf = norm.encode("ascii")

@@ -39,16 +39,16 @@ compiled byte scan (:func:`identity_pairs_ascii`); other text the Python referen
 
 from __future__ import annotations
 
-import functools
 import re
 
 import numpy as np
 
+from .fold_table import fold_bytes
 from .folding import fold
 from .hashing import token_hash
 from .jit import kernel, trusted
-from .kernels import _fmix, _murmur3_64_padded, ascii_fold
-from .text import COMMON_NON_WORD, ascii_equivalent
+from .kernels import _fmix, _murmur3_64_padded
+from .text import ascii_equivalent
 
 IDENTITY_K = 24  # pairs kept per kind (numbers, names): a sketch holds at most 48
 MIN_NUMBER_CONTEXTS = 2
@@ -212,44 +212,21 @@ def identity_pairs_ascii(buf, word, seed):
     return out[:m]
 
 
-@functools.cache
-def _punctuation_folding() -> tuple[np.ndarray, tuple[tuple[str, str], ...]]:
-    """How folding all but case treats the common punctuation (:data:`stream_dedup.text.COMMON_NON_WORD`):
-    a bool table over the Basic Multilingual Plane of the characters handled here, and the
-    replacements of those that fold changes (the no-break and thin spaces become a space, the
-    ellipsis three dots); the others (quotes, dashes, bullets) fold to themselves. Only characters
-    whose fold is the same with or without diacritics and is ASCII or such a character are handled.
-    Each folds on its own: none composes with a neighbour (a test folds them inside words)."""
-    folds = {ch: fold(ch, True, case=False) for ch in COMMON_NON_WORD
-             if fold(ch, True, case=False) == fold(ch, False, case=False)}
-    stable = {ch for ch, f in folds.items() if f == ch}
-    handled = [ch for ch, f in folds.items() if all(c.isascii() or c in stable for c in f)]
-    table = np.zeros(0x10000, dtype=np.bool_)
-    table[[ord(ch) for ch in handled]] = True
-    return table, tuple((ch, folds[ch]) for ch in handled if ch not in stable)
-
-
 def identity_sketch(text: str, diacritics: bool = True) -> np.ndarray:
     """Sorted uint32 pairs: the ``IDENTITY_K`` smallest distinct (context, identity token) pairs of each kind.
 
     Non-ASCII text is folded first, all but its case (``fold(text, diacritics, case=False)``), so
     that text which is then ASCII apart from common punctuation takes the compiled scan too. Text
-    that is ASCII apart from common punctuation (:func:`_punctuation_folding`) is folded by
-    replacing the few of those characters that folding changes, without the general fold (~80 us
-    saved per such article: most non-ASCII news text is ASCII with curly quotes and dashes).
+    in the Latin script is folded by table (:mod:`stream_dedup.fold_table`: one compiled pass, the
+    same bytes as the general fold), the rest by :func:`~stream_dedup.folding.fold`.
     """
-    if not text.isascii():
-        buf = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-        table, replacements = _punctuation_folding()
-        if _ascii_fold(buf, table)[0]:
-            changed = False
-            for ch, folded in replacements:
-                if ch in text:
-                    text, changed = text.replace(ch, folded), True
-            if changed:
-                buf = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-            return _identity_sketch_ascii(buf, WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
-        text = fold(text, diacritics, case=False)
+    if text.isascii():
+        return _identity_sketch_ascii(np.frombuffer(text.encode("ascii"), dtype=np.uint8), WORD_BYTES,
+                                      IDENTITY_SEED, IDENTITY_K)
+    folded = fold_bytes(text, diacritics, "identity")
+    if folded is not None:
+        return _identity_sketch_ascii(folded, WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
+    text = fold(text, diacritics, case=False)
     if text.isascii() or ascii_equivalent(text) is not None:
         return _identity_sketch_ascii(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
                                       WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
@@ -313,5 +290,5 @@ def agreement(a: np.ndarray, b: np.ndarray, min_contexts: int = 1) -> float | No
 
 # the hot calls (jit.trusted): buffers of np.frombuffer(bytes, uint8); sketches uint32, the
 # engine's own (a Fingerprint's, or a stored record's read back as native uint32)
-_ascii_fold, _identity_sketch_ascii = trusted(ascii_fold), trusted(identity_sketch_ascii)
+_identity_sketch_ascii = trusted(identity_sketch_ascii)
 _kind_counts_of = trusted(_kind_counts)

@@ -10,14 +10,9 @@ from hypothesis import strategies as st
 
 from stream_dedup.config import EngineConfig
 from stream_dedup.engine import Deduplicator
+from stream_dedup.fold_table import fold_bytes, tables
 from stream_dedup.folding import fold
-from stream_dedup.identity import (
-    _punctuation_folding,
-    agreement,
-    identity_items,
-    identity_pairs_reference,
-    identity_sketch,
-)
+from stream_dedup.identity import agreement, identity_items, identity_pairs_reference, identity_sketch
 from stream_dedup.record import Article
 from stream_dedup.text import COMMON_NON_WORD
 
@@ -76,23 +71,20 @@ _PUNCT = sorted(COMMON_NON_WORD)
 @given(st.lists(st.sampled_from(list("aZ9 0.,:;'_-\n") + ["Mr ", "Apple ", "3.5 ", "Zürich ", "\u200b"] + _PUNCT),
                 max_size=60).map("".join), st.booleans())
 def test_common_punctuation_folds_without_the_general_fold(text: str, diacritics: bool) -> None:
-    """Text that is ASCII but for common punctuation is folded by replacing characters: the same
-    pairs as folding first; each handled character folds alone, even inside a word."""
+    """Text that is ASCII but for common punctuation is folded by table: the same pairs as folding
+    first; each handled character folds alone, even inside a word."""
     folded = fold(text, diacritics, case=False)
     assert np.array_equal(identity_sketch(text, diacritics), identity_sketch(folded, diacritics))
-    table, replacements = _punctuation_folding()
-    if all(ch.isascii() or table[ord(ch)] for ch in text):
-        for ch, to in replacements:
-            text = text.replace(ch, to)
-        assert text == folded
+    table = tables(diacritics)["identity"]
+    if all(ch.isascii() or ch in table for ch in text):
+        assert fold_bytes(text, diacritics, "identity").tobytes() == folded.encode("utf-8")
 
 
-def test_punctuation_folding_keeps_quotes_and_dashes_and_replaces_spaces_and_ellipsis() -> None:
-    table, replacements = _punctuation_folding()
-    assert all(table[ord(ch)] for ch in "\u2018\u2019\u201c\u201d\u2013\u2014\u2022\xa0\u2026")
-    assert not table[ord("a")] and not table[ord("\u200b")] and not table[ord("\xe9")]
-    assert ("\xa0", " ") in replacements and ("\u2026", "...") in replacements
-    assert not any(ch in "\u2018\u2019\u201c\u201d\u2013\u2014" for ch, _ in replacements)
+def test_the_identity_table_keeps_quotes_and_dashes_and_replaces_spaces_and_ellipsis() -> None:
+    table = tables(True)["identity"]
+    assert all(table[ch] == ch.encode() for ch in "\u2018\u2019\u201c\u201d\u2013\u2014\u2022")
+    assert table["\xa0"] == b" " and table["\u2026"] == b"..." and table["\u200b"] == b""
+    assert table["\xe9"] == b"e" and "\xe9" not in tables(False)["identity"]  # an accent folds to ASCII, or is kept
 
 
 def test_fast_path_gives_the_folded_sketch_on_the_shared_stream(shared_stream) -> None:

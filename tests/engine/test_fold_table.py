@@ -1,0 +1,108 @@
+"""stream_dedup.fold_table: folding by table gives the bytes of the general fold, a character at a
+time, and the fingerprint it feeds equals the reference fingerprint."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stream_dedup.config import EngineConfig
+from stream_dedup.fingerprint import Fingerprinter
+from stream_dedup.fold_table import RANGES, fold_bytes, tables
+from stream_dedup.folding import HOMOGLYPHS, fold
+from stream_dedup.identity import identity_pairs_reference, identity_sketch
+from stream_dedup.text import COMMON_NON_WORD, blank_non_word
+
+#: neighbours each entry is folded beside (those in its table: a text holding any other character
+#: is folded in full): ASCII letters of both cases, a digit, spaces and punctuation, accented and
+#: special Latin letters, a quote, a soft hyphen, a ligature-like titlecase letter
+PROBES = ["a", "Z", "I", "0", " ", ".", "-", "\u00e9", "\u00df", "\u01c5", "\u201c", "\u00ad", "\u00aa", "\u2122"]
+
+
+def _fold(kind: str, text: str, diacritics: bool) -> str:
+    return blank_non_word(fold(text, diacritics)) if kind == "tokens" else fold(text, diacritics, case=False)
+
+
+@pytest.mark.parametrize("diacritics", [True, False])
+@pytest.mark.parametrize("kind", ["tokens", "identity"])
+def test_every_entry_is_its_fold_and_folds_alike_beside_any_neighbour(kind: str, diacritics: bool) -> None:
+    """The table's claim: an entry is the fold of its character whatever stands before or after it,
+    so the fold of a text of entries is the entries joined."""
+    table = tables(diacritics)[kind]
+    assert len(table) > (600 if kind == "tokens" else 400 if diacritics else 100)  # (é stays é without diacritics)
+    for ch, encoded in table.items():
+        alone = _fold(kind, ch, diacritics)
+        assert alone.encode("utf-8") == encoded, ch
+        for probe in (p for p in PROBES if p.isascii() or p in table):
+            assert _fold(kind, probe + ch, diacritics) == _fold(kind, probe, diacritics) + alone, (probe, ch)
+            assert _fold(kind, ch + probe, diacritics) == alone + _fold(kind, probe, diacritics), (ch, probe)
+    rng = random.Random(5)
+    chars = sorted(table)
+    for _ in range(3000):  # entries beside each other, three at a time
+        text = "".join(rng.choice(chars) for _ in range(3))
+        assert fold_bytes(text, diacritics, kind).tobytes() == _fold(kind, text, diacritics).encode("utf-8"), text
+
+
+def test_the_tables_leave_out_what_depends_on_context() -> None:
+    for diacritics in (True, False):
+        for table in tables(diacritics).values():
+            assert not set(table) & set(HOMOGLYPHS)  # a look-alike maps by the script around it
+            assert "\u0301" not in table and "\u0131" not in table  # a combining mark; dotless i (a look-alike)
+    assert all(any(lo <= ord(ch) < hi for lo, hi in RANGES) for ch in tables(True)["tokens"])
+    assert all(ch in table for ch in COMMON_NON_WORD for table in (*tables(True).values(), *tables(False).values()))
+    assert "\u00e9" in tables(True)["identity"] and "\u00e9" not in tables(False)["identity"]  # é stays é: not ASCII
+    assert tables(True)["tokens"]["\u00c9"] == b"e" and tables(False)["tokens"]["\u00c9"] == "\u00e9".encode()
+
+
+@pytest.mark.parametrize("text", ["\u041c\u043e\u0441\u043a\u0432\u0430", "cafe\u0301", "\U0001f600 emoji",
+                                  "\u6771\u4eac", "Z\u00fcrich \u0391\u03b8\u03ae\u03bd\u03b1", "lone \ud800"])
+def test_a_character_outside_the_table_sends_the_text_to_the_general_fold(text: str) -> None:
+    assert fold_bytes(text, True) is None
+
+
+def test_latin_script_text_folds_by_table() -> None:
+    text = "Se\u00f1or M\u00fcller\u2019s caf\u00e9 \u2014 na\u00efve \u201cStra\u00dfe\u201d \u2026 \u0141\u00f3d\u017a"
+    assert fold_bytes(text, True).tobytes() == blank_non_word(fold(text, True)).encode("utf-8")
+    assert fold_bytes(text, True).tobytes() == b"senor muller s cafe   naive  strasse  ... lodz"
+    assert fold_bytes(text, True, "identity") is None  # case kept, ß and Ł fold to no ASCII: the reference scan
+    text = text.replace("\u00df", "ss").replace("\u0141", "L")
+    assert fold_bytes(text, True, "identity").tobytes().decode() == fold(text, True, case=False) \
+        == "Senor Muller\u2019s cafe \u2014 naive \u201cStrasse\u201d ... Lodz"
+
+
+DEFAULT = Fingerprinter(EngineConfig())
+KEEP = Fingerprinter(EngineConfig(fold_diacritics=False))
+_LATIN = sorted(set(tables(True)["tokens"]) | set(tables(False)["identity"]))
+_WORDS = ["The", "news", "Paris", "2024", "3.5", " ", ". ", ", ", "\n", "Mr ", "\u201c", "\u2019", "\u0301", "\u043e",
+          "\u6771"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_WORDS) | st.sampled_from(_LATIN) | st.characters(), max_size=80).map("".join),
+       st.booleans())
+def test_fingerprint_by_table_equals_the_reference(text: str, diacritics: bool) -> None:
+    """Tokens and identity sketch by table (or by the general fold when a character is not in it)
+    give the reference fingerprint; the identity sketch is that of the folded text's reference scan."""
+    f = DEFAULT if diacritics else KEEP
+    assert f.fingerprint_text(text) == f.fingerprint_reference(text)
+    assert np.array_equal(identity_sketch(text, diacritics),
+                          identity_pairs_reference(fold(text, diacritics, case=False)))
+
+
+def test_fingerprint_by_table_on_accented_news(shared_stream) -> None:
+    """The shared articles with their vowels given accents (as French or Portuguese text has them):
+    every one folds by table, and the fingerprints equal the reference's."""
+    records, _ = shared_stream(200)
+    accents = str.maketrans({"a": "\u00e0", "e": "\u00e9", "o": "\u00f4", "u": "\u00fc", "E": "\u00c9", "c": "\u00e7"})
+    rng = random.Random(3)
+    by_table = 0
+    for record in records:
+        text = record.get("text") or ""
+        accented = " ".join(w.translate(accents) if rng.random() < 0.1 else w for w in text.split(" "))
+        by_table += fold_bytes(accented, True) is not None
+        assert DEFAULT.fingerprint_text(accented) == DEFAULT.fingerprint_reference(accented)
+    assert by_table >= 0.9 * len(records)
