@@ -96,6 +96,19 @@ def test_sketch_equals_reference(values: list[int], k: int, num_perm: int) -> No
     assert int(sim) == ref_sim
 
 
+@pytest.mark.parametrize("length", [1, 2, 254, 255, 256, 510, 511, 1000])
+def test_simhash64_equals_reference_across_its_counter_flushes(length: int) -> None:
+    """The kernel counts votes in 8-bit lanes emptied every 255 features: all-ones features fill a
+    lane to exactly 255 there; random ones and a majority of ones on half the bits check the rest."""
+    rng = np.random.default_rng(length)
+    ones = np.full(length, 2**64 - 1, dtype=np.uint64)
+    assert int(kernels.simhash64(ones)) == simhash_numpy(ones) == 2**64 - 1
+    half = np.where(np.arange(length) % 3 == 0, np.uint64(0xFFFFFFFF00000000), np.uint64(0x00000000FFFFFFFF))
+    assert int(kernels.simhash64(half)) == simhash_numpy(half)
+    values = rng.integers(0, 2**63, length, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, length, dtype=np.uint64)
+    assert int(kernels.simhash64(values)) == simhash_numpy(values)
+
+
 def test_sketch_of_nothing() -> None:
     m = MINHASHERS[8]
     n, mins, sim = kernels.sketch(np.empty(0, np.uint64), 4, m._a_lo, m._a_hi, m.b)
