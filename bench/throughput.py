@@ -1,7 +1,7 @@
 """stream-dedup vs its peers, in the same run, each as a whole process on one core.
 
     python bench/throughput.py [--data ../shared/data] [--limit N] [--repeat 3]
-                               [--streams dev,short] [--tools stream-dedup,datasketch,rensa,gaoya]
+                               [--streams dev,short,accented] [--tools stream-dedup,datasketch,rensa,gaoya]
                                [--short-words 40] [--json FILE]
                                [--baseline DIR]
     python bench/throughput.py --in-process [--data ../shared/data] [--limit N] [--repeat 3]
@@ -23,8 +23,10 @@ after one untimed run of stream-dedup (it fills numba's cache of compiled kernel
 
 Streams: ``dev``, the shared news stream (news_stream.jsonl); ``short``, the same records cut to
 short items: the title, then the first paragraph of at least 10 words of the text (HTML records:
-of its extracted text), at most --short-words words of it. Both are written to a temporary
-directory. Printed per tool and stream: records/s, the ratios to datasketch and to rensa, peak RSS
+of its extracted text), at most --short-words words of it; ``accented``, the dev stream with every
+seventh word of each text and title spelled with accents (``é``, ``à``, ``ü``, ``ç``, ...: the
+character mix of news in French, Portuguese, German or Spanish, whose every article takes the
+non-ASCII folding path). Each is written to a temporary directory. Printed per tool and stream: records/s, the ratios to datasketch and to rensa, peak RSS
 of the process (wait4), the time of the same command on the stream's first record alone (start-up),
 records/s after start-up ((records - 1) / (time - start-up)), duplicates, and on the dev stream
 precision / recall of the duplicate decisions against news_stream.truth.jsonl (``score`` of
@@ -65,7 +67,7 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data"
 TWO_CPUS = "stream-dedup-2cpu"  # ours on every CPU this process may use, a fingerprint process beside it
 PEERS = ("datasketch", "rensa", "gaoya")
 TOOLS = ("stream-dedup", *PEERS, TWO_CPUS)
-STREAMS = ("dev", "short")
+STREAMS = ("dev", "short", "accented")
 NOT_INSTALLED = 3  # bench/peers.py's exit status when the peer's package is missing
 TARGET_VS_DATASKETCH = 10.0
 TARGET_VS_RENSA = 1.0
@@ -102,6 +104,33 @@ def short_items(lines: list[bytes], max_words: int) -> list[bytes]:
         text = title + "\n\n" + " ".join(lead.split()[:max_words])
         out.append(json.dumps({"id": rec["id"], "title": title, "text": text}, ensure_ascii=False).encode())
     return out
+
+
+#: vowels (and c) as they carry accents in French, Portuguese, German and Spanish text
+ACCENTS = str.maketrans({"a": "\u00e0", "e": "\u00e9", "i": "\u00ee", "o": "\u00f4", "u": "\u00fc", "c": "\u00e7",
+                         "n": "\u00f1", "E": "\u00c9", "A": "\u00c0"})
+
+
+def accented_items(lines: list[bytes], share: float = 0.15) -> list[bytes]:
+    """Each record with a ``share`` of the words of its text and title (every 1/share-th word, the
+    same words each run) spelled with accents (:data:`ACCENTS`), as in news written in another
+    Latin-script language: the text's character mix, not a language. HTML records are kept as they are."""
+    every = max(1, round(1 / share))
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        for field in ("title", "text"):
+            if isinstance(rec.get(field), str):
+                rec[field] = " ".join(w.translate(ACCENTS) if i % every == 0 else w
+                                      for i, w in enumerate(rec[field].split(" ")))
+        out.append(json.dumps(rec, ensure_ascii=False).encode())
+    return out
+
+
+def stream_records(stream: str, lines: list[bytes], short_words: int) -> list[bytes]:
+    if stream == "short":
+        return short_items(lines, short_words)
+    return accented_items(lines) if stream == "accented" else lines
 
 
 def ours_command() -> list[str]:
@@ -201,7 +230,7 @@ def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: l
         tmp = Path(tmp_name)
         sources = {}
         for stream in streams:
-            records = lines if stream == "dev" else short_items(lines, short_words)
+            records = stream_records(stream, lines, short_words)
             sources[stream] = (tmp / f"{stream}.jsonl", tmp / f"{stream}-first.jsonl", len(records))
             sources[stream][0].write_bytes(b"\n".join(records) + b"\n")
             sources[stream][1].write_bytes(records[0] + b"\n")
