@@ -1,16 +1,19 @@
-"""Per-record cost of text folding (stream_dedup.folding.fold) against plain NFKC + casefold, and
-of the identity sketch (stream_dedup.identity.identity_sketch).
+"""Per-record cost of text folding (stream_dedup.folding.fold) against plain NFKC + casefold and
+folding by table (stream_dedup.fold_table), and of the identity sketch (stream_dedup.identity.identity_sketch).
 
     python bench/folding_cost.py [--data ../shared/data]
 
-Three sets of texts: the shared articles that take the ASCII fast path (folding is never called
-for them), those that do not (non-ASCII letters), and articles disguised by
-bench/quality_cases.py (diacritics, look-alike letters, full-width forms, invisible characters).
+Sets of texts: the shared articles that are ASCII (folding is never called for them), the
+non-ASCII ones that fold by table (Latin letters, common punctuation), those that need the general
+fold (other characters), the articles with one word in seven spelled with accents (as
+bench/throughput.py's ``accented`` stream), and articles disguised by bench/quality_cases.py
+(diacritics, look-alike letters, full-width forms, invisible characters).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -21,10 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import quality_cases  # noqa: E402
+from throughput import accented_items  # noqa: E402
 
+from stream_dedup.fold_table import fold_bytes  # noqa: E402
 from stream_dedup.folding import fold  # noqa: E402
 from stream_dedup.identity import identity_sketch  # noqa: E402
-from stream_dedup.text import ascii_equivalent  # noqa: E402
 
 
 def _cost(f, texts: list[str], repeat: int = 5) -> float:
@@ -42,19 +46,26 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=quality_cases.DEFAULT_DATA)
     args = ap.parse_args()
     texts = [a["text"] for a in quality_cases.load_articles(args.data)]
-    fast = [t for t in texts if ascii_equivalent(t) is not None]
-    slow = [t for t in texts if ascii_equivalent(t) is None]
+    by_table = [t for t in texts if not t.isascii() and fold_bytes(t, True) is not None]
+    general = [t for t in texts if not t.isascii() and fold_bytes(t, True) is None]
+    accented = [json.loads(x)["text"] for x in accented_items([json.dumps({"text": t}).encode() for t in texts[:300]])]
     rng = random.Random(1)
     disguised = [quality_cases.disguise(rng, t, 0.2) for t in texts[:300]]
-    identity_sketch(fast[0])  # load the compiled kernels
-    print("| texts | records | ASCII-equivalent check (us) | NFKC + casefold (us) | fold (us) | identity sketch (us) |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name, ts in (("ASCII path", fast), ("non-ASCII letters", slow), ("disguised", disguised)):
-        check = _cost(ascii_equivalent, ts)
+    identity_sketch(by_table[0])  # load the compiled kernels and build the tables
+    print("| texts | records | by table | NFKC + casefold | fold | fold by table | identity sketch |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    sets = (("ASCII", [t for t in texts if t.isascii()]), ("non-ASCII, Latin letters and punctuation", by_table),
+            ("non-ASCII, other characters", general), ("accented (one word in seven)", accented),
+            ("disguised", disguised))
+    for name, ts in sets:
+        if not ts:
+            continue
+        table = sum(fold_bytes(t, True) is not None for t in ts if not t.isascii())
         plain = _cost(lambda t: unicodedata.normalize("NFKC", t).casefold(), ts)
-        folded = _cost(fold, ts) if name != "ASCII path" else 0.0
+        folded = _cost(fold, ts) if name != "ASCII" else 0.0
+        tabled = _cost(lambda t: fold_bytes(t, True), ts) if name != "ASCII" else 0.0
         ident = _cost(identity_sketch, ts)
-        print(f"| {name} | {len(ts)} | {check:.1f} | {plain:.1f} | {folded:.1f} | {ident:.1f} |")
+        print(f"| {name} | {len(ts)} | {table} | {plain:.1f} | {folded:.1f} | {tabled:.1f} | {ident:.1f} |")
     return 0
 
 

@@ -23,8 +23,8 @@ after one untimed run of stream-dedup (it fills numba's cache of compiled kernel
 
 Streams: ``dev``, the shared news stream (news_stream.jsonl); ``short``, the same records cut to
 short items: the title, then the first paragraph of at least 10 words of the text (HTML records:
-of its extracted text), at most --short-words words of it; ``accented``, the dev stream with every
-seventh word of each text and title spelled with accents (``é``, ``à``, ``ü``, ``ç``, ...: the
+of its extracted text), at most --short-words words of it; ``accented``, the dev stream with one word
+in seven of each text and title (the same words everywhere) spelled with accents (``é``, ``à``, ``ü``, ``ç``, ...: the
 character mix of news in French, Portuguese, German or Spanish, whose every article takes the
 non-ASCII folding path). Each is written to a temporary directory. Printed per tool and stream: records/s, the ratios to datasketch and to rensa, peak RSS
 of the process (wait4), the time of the same command on the stream's first record alone (start-up),
@@ -59,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,18 +112,18 @@ ACCENTS = str.maketrans({"a": "\u00e0", "e": "\u00e9", "i": "\u00ee", "o": "\u00
                          "n": "\u00f1", "E": "\u00c9", "A": "\u00c0"})
 
 
-def accented_items(lines: list[bytes], share: float = 0.15) -> list[bytes]:
-    """Each record with a ``share`` of the words of its text and title (every 1/share-th word, the
-    same words each run) spelled with accents (:data:`ACCENTS`), as in news written in another
-    Latin-script language: the text's character mix, not a language. HTML records are kept as they are."""
-    every = max(1, round(1 / share))
+def accented_items(lines: list[bytes], every: int = 7) -> list[bytes]:
+    """Each record with the words of its text and title whose CRC-32 is a multiple of ``every``
+    spelled with accents (:data:`ACCENTS`): the same words in every record, as a language spells
+    them, so a copy keeps its original's spelling; the character mix of news in another
+    Latin-script language, not a language. HTML records are kept as they are."""
     out = []
     for line in lines:
         rec = json.loads(line)
         for field in ("title", "text"):
             if isinstance(rec.get(field), str):
-                rec[field] = " ".join(w.translate(ACCENTS) if i % every == 0 else w
-                                      for i, w in enumerate(rec[field].split(" ")))
+                rec[field] = " ".join(w.translate(ACCENTS) if zlib.crc32(w.encode()) % every == 0 else w
+                                      for w in rec[field].split(" "))
         out.append(json.dumps(rec, ensure_ascii=False).encode())
     return out
 

@@ -38,7 +38,7 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.mark.parametrize("tool", TOOLS)
 def test_a_row_per_stream_with_a_positive_rate(bench: dict, tool: str) -> None:
-    for stream in ("dev", "short"):
+    for stream in ("dev", "short", "accented"):
         cells = bench["rows"][(tool, stream)]
         row = next(r for r in bench["json"]["rows"] if (r["tool"], r["stream"]) == (tool, stream))
         if tool in ("rensa", "gaoya") and importlib.util.find_spec(tool) is None:
@@ -57,7 +57,7 @@ def test_a_row_per_stream_with_a_positive_rate(bench: dict, tool: str) -> None:
 
 def test_ratios_and_targets_are_printed(bench: dict) -> None:
     assert bench["rows"][("datasketch", "dev")][4] == "1.00×"
-    for stream in ("dev", "short"):
+    for stream in ("dev", "short", "accented"):
         assert re.search(rf"^\* >= 10× datasketch on the {stream} stream: \d+\.\d\d×: (met|NOT met)$",
                          bench["stdout"], re.M)
         assert re.search(rf"^\* >= 1× rensa on the {stream} stream: ", bench["stdout"], re.M)
@@ -73,6 +73,26 @@ def test_short_items_keep_ids_and_are_short() -> None:
     for item in items:
         title, _, lead = item["text"].partition("\n\n")
         assert title == item["title"] and 0 < len(lead.split()) <= 40
+
+
+def test_accented_items_keep_ids_and_spell_the_same_words_with_accents() -> None:
+    spec = importlib.util.spec_from_file_location("bench_throughput", ROOT / "bench" / "throughput.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lines = SAMPLE.read_bytes().splitlines()[:RECORDS]
+    items = [json.loads(x) for x in module.accented_items(lines)]
+    accented: dict[str, set[str]] = {}
+    for item, line in zip(items, lines, strict=True):
+        rec = json.loads(line)
+        assert item["id"] == rec["id"] and item.get("html") == rec.get("html")
+        if rec.get("text"):
+            words, before = item["text"].split(" "), rec["text"].split(" ")
+            assert len(words) == len(before)
+            for w, b in zip(words, before, strict=True):
+                assert w in (b, b.translate(module.ACCENTS))
+                accented.setdefault(b, set()).add(w)
+    assert all(len(spellings) == 1 for spellings in accented.values())  # a word is spelled one way everywhere
+    assert sum(not i.get("text", "").isascii() for i in items) > RECORDS // 2
 
 
 def test_a_baseline_checkout_runs_in_the_same_rounds(tmp_path: Path) -> None:
