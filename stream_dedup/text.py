@@ -52,7 +52,6 @@ def _no_boundary() -> tuple[re.Pattern, re.Pattern]:
     return re.compile(f"[{_NO_BOUNDARY}]"), re.compile(f"[{_NO_BOUNDARY}]|[^{_NO_BOUNDARY}]+")
 
 
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
 def blank_non_word(normalized: str) -> str:
@@ -61,8 +60,10 @@ def blank_non_word(normalized: str) -> str:
     After this, the word bytes of the UTF-8 encoding are exactly the ASCII letters, digits, ``_``
     and all bytes >= 0x80, so a byte scanner finds the same tokens as :func:`tokenize`.
     """
-    for ch in set(_NON_ASCII.findall(normalized)):
-        if not _WORD.match(ch):
+    # the distinct characters by set() (C speed): a findall of every non-ASCII character made a
+    # string of each, ~600 us for a 3 KB Cyrillic article against ~40 us
+    for ch in set(normalized):
+        if not ch.isascii() and not _WORD.match(ch):
             normalized = normalized.replace(ch, " ")
     return normalized
 
