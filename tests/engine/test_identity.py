@@ -12,7 +12,13 @@ from stream_dedup.config import EngineConfig
 from stream_dedup.engine import Deduplicator
 from stream_dedup.fold_table import fold_bytes, tables
 from stream_dedup.folding import fold
-from stream_dedup.identity import agreement, identity_items, identity_pairs_reference, identity_sketch
+from stream_dedup.identity import (
+    agreement,
+    identity_items,
+    identity_pairs_reference,
+    identity_pairs_unicode,
+    identity_sketch,
+)
 from stream_dedup.record import Article
 from stream_dedup.text import COMMON_NON_WORD
 
@@ -158,3 +164,25 @@ def test_no_identity_sketch_when_the_check_is_off() -> None:
     assert on.identity.shape[0] > 4 and off.identity.shape[0] == 0
     assert (on.exact, on.simhash, on.minhash.tolist()) == (off.exact, off.simhash, off.minhash.tolist())
     assert Fingerprinter(EngineConfig(identity_threshold=0)).fingerprint_reference(REPORT) == off
+
+
+_SCRIPTS = ["Москве ", "Эльвира ", "председатель ", "0,5 ", "16 ", "7.4 ", "Ω ", "Αθήνα ", "東京", "で", "iPhone ", "Mr ",
+            "a ", "b, ", "3/4 ", "\u00c9cole ", "\u0130stanbul ", "\u01c5 ", "\ud800", "_x "]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=200) | st.lists(st.sampled_from(_SCRIPTS) | st.characters(), max_size=60).map("".join))
+def test_compiled_unicode_items_give_the_reference_pairs(text: str) -> None:
+    """Text that does not fold to ASCII: the items found by the compiled span scan give the pairs
+    of the reference scan, whatever the script (a character beyond the BMP: the reference itself)."""
+    assert np.array_equal(identity_pairs_unicode(text), identity_pairs_reference(text))
+
+
+def test_a_cyrillic_article_takes_the_compiled_scan() -> None:
+    ru = ("Центральный банк России в пятницу повысил ключевую ставку на 0,5 процентного пункта до 16 процентов, "
+          "сообщила Эльвира Набиуллина на пресс-конференции в Москве, а 3 Мая, Сбербанк снизил ставки. ") * 3
+    folded = fold(ru, True, case=False)
+    assert fold_bytes(ru, True, "identity") is None and not folded.isascii()
+    sketch = identity_sketch(ru)
+    assert np.array_equal(sketch, identity_pairs_reference(folded)) and sketch.shape[0] >= 4
+    assert any(p & 0x8000 for p in sketch.tolist()) and any(not p & 0x8000 for p in sketch.tolist())  # numbers, names
