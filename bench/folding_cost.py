@@ -7,7 +7,9 @@ Sets of texts: the shared articles that are ASCII (folding is never called for t
 non-ASCII ones that fold by table (Latin letters, common punctuation), those that need the general
 fold (other characters), the articles with one word in seven spelled with accents (as
 bench/throughput.py's ``accented`` stream), and articles disguised by bench/quality_cases.py
-(diacritics, look-alike letters, full-width forms, invisible characters).
+(diacritics, look-alike letters, full-width forms, invisible characters), and a Russian and a
+Chinese article (:data:`RUSSIAN`, :data:`CHINESE`). The last column is the whole fingerprint.
+Runs on an older checkout too (``PYTHONPATH=<tree>``: no folding by table there).
 """
 
 from __future__ import annotations
@@ -26,14 +28,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import quality_cases  # noqa: E402
 from throughput import accented_items  # noqa: E402
 
-from stream_dedup.fold_table import fold_bytes  # noqa: E402
+from stream_dedup.config import EngineConfig  # noqa: E402
+from stream_dedup.fingerprint import Fingerprinter  # noqa: E402
 from stream_dedup.folding import fold  # noqa: E402
 from stream_dedup.identity import identity_sketch  # noqa: E402
 
+try:  # an older checkout (PYTHONPATH=<tree>, for a before/after) has no folding by table
+    from stream_dedup.fold_table import fold_bytes  # noqa: E402
+except ImportError:
+    def fold_bytes(text: str, diacritics: bool, kind: str = "tokens") -> None:
+        return None
 
-def _cost(f, texts: list[str], repeat: int = 5) -> float:
+#: articles in other scripts (written for this bench: the shared data is English), each a paragraph repeated
+RUSSIAN = ("Центральный банк России в пятницу повысил ключевую ставку на 0,5 процентного пункта до 16 процентов "
+           "годовых, сообщила председатель Эльвира Набиуллина на пресс-конференции в Москве. Инфляция в октябре "
+           "составила 7,4 процента. ") * 12
+CHINESE = ("中国人民银行周五宣布将一年期贷款市场报价利率下调0.1个百分点至3.35%，这是今年以来的第二次降息。"
+           "央行行长潘功胜在北京表示，经济复苏仍面临挑战。") * 20
+
+
+def _cost(f, texts: list[str]) -> float:
+    """Best of several rounds over ``texts`` (at least 5, and ~200 calls), µs a text."""
+    f(texts[0])  # tables built, kernels loaded
     best = float("inf")
-    for _ in range(repeat):
+    for _ in range(max(5, 200 // len(texts))):
         t0 = time.perf_counter()
         for t in texts:
             f(t)
@@ -51,12 +69,13 @@ def main() -> int:
     accented = [json.loads(x)["text"] for x in accented_items([json.dumps({"text": t}).encode() for t in texts[:300]])]
     rng = random.Random(1)
     disguised = [quality_cases.disguise(rng, t, 0.2) for t in texts[:300]]
-    identity_sketch(by_table[0])  # load the compiled kernels and build the tables
-    print("| texts | records | by table | NFKC + casefold | fold | fold by table | identity sketch |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    identity_sketch(RUSSIAN)  # load the compiled kernels
+    fingerprint = Fingerprinter(EngineConfig()).fingerprint_text
+    print("| texts | records | by table | NFKC + casefold | fold | fold by table | identity sketch | fingerprint |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     sets = (("ASCII", [t for t in texts if t.isascii()]), ("non-ASCII, Latin letters and punctuation", by_table),
             ("non-ASCII, other characters", general), ("accented (one word in seven)", accented),
-            ("disguised", disguised))
+            ("disguised", disguised), ("Russian article (2.7 KB)", [RUSSIAN]), ("Chinese article (1.5 K characters)", [CHINESE]))
     for name, ts in sets:
         if not ts:
             continue
@@ -65,7 +84,8 @@ def main() -> int:
         folded = _cost(fold, ts) if name != "ASCII" else 0.0
         tabled = _cost(lambda t: fold_bytes(t, True), ts) if name != "ASCII" else 0.0
         ident = _cost(identity_sketch, ts)
-        print(f"| {name} | {len(ts)} | {table} | {plain:.1f} | {folded:.1f} | {tabled:.1f} | {ident:.1f} |")
+        whole = _cost(fingerprint, ts)
+        print(f"| {name} | {len(ts)} | {table} | {plain:.1f} | {folded:.1f} | {tabled:.1f} | {ident:.1f} | {whole:.1f} |")
     return 0
 
 
