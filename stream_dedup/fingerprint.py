@@ -33,7 +33,7 @@ from .passages import MAX_ANCHORS, NO_ANCHORS, winnow, winnow_reference
 from .record import Article
 from .rewrite import NO_WORDS, stop_hashes, word_bitmap, word_bitmap_reference
 from .simhash import simhash_numpy
-from .text import blank_non_word, char_tokens, has_no_boundary_script, tokenize
+from .text import blank_non_word, char_tokens, has_no_boundary_script, no_boundary_table, tokenize
 
 # 2: text folding (stream_dedup.folding) and Hangul per character, and the identity sketch after
 # the signature; a version-1 fingerprint was computed from other tokens, so it is refused.
@@ -47,6 +47,7 @@ _NO_IDENTITY = np.zeros(0, dtype=np.uint32)
 # the hot kernel calls (jit.trusted): bytes as uint8, the token hashes a kernel's uint64 output (or
 # TokenHasher's uint64 array), the MinHash parameters MinHasher's own
 _token_hashes_utf8, _sketch, _winnow = trusted(kernels.token_hashes_utf8), trusted(kernels.sketch), trusted(winnow)
+_token_hashes_split = trusted(kernels.token_hashes_split)  # the same, and the table's own bool array
 
 
 def html_to_text(html: str) -> str:
@@ -151,9 +152,10 @@ class Fingerprinter:
             buf = norm.encode("ascii")
         else:
             norm = blank_non_word(norm)
-            if has_no_boundary_script(norm):  # per-character tokens: the Python path
-                return self.tokens.hashes(tokenize(norm))
             buf = norm.encode("utf-8", "surrogatepass")
+            if has_no_boundary_script(norm):  # per-character tokens (CJK, Thai, Korean, ...)
+                return _token_hashes_split(np.frombuffer(buf, dtype=np.uint8), kernels.WORD_BYTES,
+                                           no_boundary_table(), self.config.seed)
         return _token_hashes_utf8(np.frombuffer(buf, dtype=np.uint8), kernels.WORD_BYTES, self.config.seed)
 
     def fingerprint_text(self, text: str, is_html: bool = False) -> Fingerprint:

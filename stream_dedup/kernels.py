@@ -166,6 +166,69 @@ def token_hashes_utf8(buf, word, seed):
 
 
 @kernel
+def token_hashes_split(buf, word, split, seed):
+    """MurmurHash3 (64-bit) of every token of UTF-8 ``buf`` whose non-ASCII characters are all word
+    characters (``blank_non_word`` text): maximal runs of ASCII word bytes (``word``) and non-ASCII
+    characters, where a character of a script written without spaces is a token of its own
+    (``split``: a bool table over the Basic Multilingual Plane; beyond it, U+20000-U+3134F, the
+    CJK extension planes), as :func:`stream_dedup.text.tokenize` splits them."""
+    n = buf.shape[0]
+    padded = np.zeros(n + 16, dtype=np.uint8)
+    padded[:n] = buf
+    starts = np.empty(n + 1, dtype=np.int64)
+    ends = np.empty(n + 1, dtype=np.int64)
+    m = 0
+    run = -1  # start of the run being read, -1 = none
+    i = 0
+    while i < n:
+        c = buf[i]
+        if c < 0x80:
+            if word[c]:
+                if run < 0:
+                    run = i
+            elif run >= 0:
+                starts[m] = run
+                ends[m] = i
+                m += 1
+                run = -1
+            i += 1
+            continue
+        if c >= 0xF0:
+            width = 4
+            cp = np.int64(c & 0x07)
+        elif c >= 0xE0:
+            width = 3
+            cp = np.int64(c & 0x0F)
+        else:
+            width = 2
+            cp = np.int64(c & 0x1F)
+        width = min(width, n - i)
+        for j in range(1, width):
+            cp = (cp << 6) | (np.int64(buf[i + j]) & 0x3F)
+        alone = split[cp] if cp < 0x10000 else 0x20000 <= cp <= 0x3134F
+        if alone:
+            if run >= 0:
+                starts[m] = run
+                ends[m] = i
+                m += 1
+                run = -1
+            starts[m] = i
+            ends[m] = i + width
+            m += 1
+        elif run < 0:
+            run = i
+        i += width
+    if run >= 0:
+        starts[m] = run
+        ends[m] = n
+        m += 1
+    out = np.empty(m, dtype=np.uint64)
+    for t in range(m):
+        out[t] = _murmur3_64_padded(padded, starts[t], ends[t], seed)
+    return out
+
+
+@kernel
 def ascii_fold(buf, blank):
     """ASCII-lowercased copy of UTF-8 ``buf`` with every character flagged in ``blank`` (a bool
     table over the Basic Multilingual Plane) turned into spaces; ``(False, ...)`` as soon as any

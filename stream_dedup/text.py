@@ -68,6 +68,17 @@ def blank_non_word(normalized: str) -> str:
     return normalized
 
 
+@cache
+def no_boundary_table() -> np.ndarray:
+    """``table[cp]``: a character of the Basic Multilingual Plane tokenised on its own (the BMP
+    ranges of ``_NO_BOUNDARY``; :func:`stream_dedup.kernels.token_hashes_split` knows the others)."""
+    table = np.zeros(0x10000, dtype=np.bool_)
+    for lo, hi in re.findall(r"(.)-(.)", _NO_BOUNDARY):
+        if ord(lo) < 0x10000:
+            table[ord(lo):ord(hi) + 1] = True
+    return table
+
+
 def has_no_boundary_script(text: str) -> bool:
     return not text.isascii() and _no_boundary()[0].search(text) is not None
 

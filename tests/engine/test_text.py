@@ -14,7 +14,14 @@ from stream_dedup.config import EngineConfig
 from stream_dedup.fingerprint import Fingerprinter
 from stream_dedup.folding import fold
 from stream_dedup.hashing import TokenHasher, token_hash
-from stream_dedup.text import blank_non_word, has_no_boundary_script, normalize, tokenize
+from stream_dedup.text import (
+    _NO_BOUNDARY,
+    blank_non_word,
+    has_no_boundary_script,
+    no_boundary_table,
+    normalize,
+    tokenize,
+)
 
 WORD = re.compile(r"\w+")
 
@@ -115,6 +122,34 @@ def test_blank_non_word_and_kernel_equal_tokenize_and_token_hash(norm: str) -> N
     buf = np.frombuffer(blanked.encode("utf-8", "surrogatepass"), dtype=np.uint8)
     got = kernels.token_hashes_utf8(buf, kernels.WORD_BYTES, 1)
     assert [int(x) for x in got] == [token_hash(t, 1) for t in tokenize(norm)]
+
+
+NO_BOUNDARY_TEXT = st.text(
+    alphabet=st.one_of(
+        st.characters(codec="utf-8"),
+        st.sampled_from(list("aZ9_ -,.!é€中文東京でをไทยລາວ한국어ㄱᄀ々〡ｦﾞ\u3000") + ["\U00020000", "\U0003134f",
+                                                                                  "\U00031350", "\U0001f600"]),
+    ),
+    max_size=150,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(NO_BOUNDARY_TEXT.map(normalize))
+def test_split_kernel_equals_tokenize_and_token_hash(norm: str) -> None:
+    """Scripts written without spaces: the compiled scan splits their characters into tokens of
+    their own exactly as :func:`tokenize` does (beyond the BMP too), and hashes them alike."""
+    blanked = blank_non_word(norm)
+    buf = np.frombuffer(blanked.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    got = kernels.token_hashes_split(buf, kernels.WORD_BYTES, no_boundary_table(), 1)
+    assert [int(x) for x in got] == [token_hash(t, 1) for t in tokenize(blanked)]
+
+
+def test_no_boundary_table_is_the_tokenizer_regex_on_the_bmp() -> None:
+    table = no_boundary_table()
+    pattern = re.compile(f"[{_NO_BOUNDARY}]")
+    assert [cp for cp in range(0x10000) if table[cp]] == \
+        [cp for cp in range(0x10000) if 0xD800 > cp or cp > 0xDFFF if pattern.match(chr(cp))]
 
 
 FINGERPRINTER = Fingerprinter(EngineConfig())
