@@ -22,7 +22,7 @@ import numpy as np
 
 from . import kernels
 from .config import EngineConfig
-from .fold_table import fold_bytes
+from .fold_table import fold_tokens
 from .folding import fold
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
 from .headline import flag_words, strip_flag
@@ -144,9 +144,12 @@ class Fingerprinter:
         if text.isascii():  # folding is lower() on ASCII: skip it
             return _token_hashes_utf8(np.frombuffer(text.encode("ascii").lower(), dtype=np.uint8), kernels.WORD_BYTES,
                                       self.config.seed)
-        folded = fold_bytes(text, bool(self.config.fold_diacritics))  # Latin script and punctuation: by table
+        folded = fold_tokens(text, bool(self.config.fold_diacritics))  # Latin script, CJK, Hangul: by table
         if folded is not None:
-            return _token_hashes_utf8(folded, kernels.WORD_BYTES, self.config.seed)
+            buf, split = folded
+            if split:  # characters tokenised one each
+                return _token_hashes_split(buf, kernels.WORD_BYTES, no_boundary_table(), self.config.seed)
+            return _token_hashes_utf8(buf, kernels.WORD_BYTES, self.config.seed)
         norm = fold(text, bool(self.config.fold_diacritics))
         if norm.isascii():
             buf = norm.encode("ascii")

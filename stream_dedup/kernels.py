@@ -260,13 +260,15 @@ def ascii_fold(buf, blank):
 
 
 @kernel
-def fold_utf8(buf, ascii_map, lengths, offsets, pool):
+def fold_utf8(buf, ascii_map, lengths, offsets, pool, flags):
     """UTF-8 ``buf`` mapped a character at a time: an ASCII byte through ``ascii_map``, a character
     of the Basic Multilingual Plane to ``pool[offsets[cp]:offsets[cp] + lengths[cp]]``;
     ``(False, ...)`` as soon as a character's length is 255 (not in the table) or lies beyond the
-    BMP (:mod:`stream_dedup.fold_table` builds the tables; no entry is longer than 3 bytes a byte)."""
+    BMP (:mod:`stream_dedup.fold_table` builds the tables; no entry is longer than 3 bytes a byte).
+    The third value: whether a character with ``flags[cp]`` set was met (a CJK character, say)."""
     n = buf.shape[0]
     out = np.empty(3 * n, dtype=np.uint8)
+    flagged = False
     m = 0
     i = 0
     while i < n:
@@ -277,23 +279,25 @@ def fold_utf8(buf, ascii_map, lengths, offsets, pool):
             i += 1
             continue
         if c >= 0xF0 or c < 0xC0:  # 4-byte sequences (beyond the BMP) or a stray continuation byte
-            return False, out[:0]
+            return False, out[:0], flagged
         width = 2 if c < 0xE0 else 3
         if i + width > n:
-            return False, out[:0]
+            return False, out[:0], flagged
         if width == 2:
             cp = ((np.int64(c) & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F)
         else:
             cp = ((np.int64(c) & 0x0F) << 12) | ((np.int64(buf[i + 1]) & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F)
         length = np.int64(lengths[cp])
+        if flags[cp]:
+            flagged = True
         if length == 255:
-            return False, out[:0]
+            return False, out[:0], flagged
         at = np.int64(offsets[cp])
         for j in range(length):
             out[m + j] = pool[at + j]
         m += length
         i += width
-    return True, out[:m]
+    return True, out[:m], flagged
 
 
 @inline

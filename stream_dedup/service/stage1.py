@@ -50,7 +50,9 @@ def init(config: EngineConfig) -> None:
     _state["config"] = config
     _state["fingerprinter"] = Fingerprinter(config)
     try:
-        warm = parse_record(b'{"id": "warm-up", "text": "warm up the compiled kernels of the fingerprint"}', config)
+        # (a non-ASCII word: the tables of folding by table are built here, not on the first article's clock)
+        warm = parse_record('{"id": "warm-up", "text": "warm up the compiled kernels of the fingerprint, café"}'.encode(),
+                            config)
         _state["fingerprinter"].fingerprint(warm)
     except Exception:  # noqa: BLE001 - warm-up is best effort
         log.debug("warm-up failed", exc_info=True)
