@@ -71,6 +71,11 @@ def _token_ok(folded: str) -> bool:
                for c in folded)
 
 
+def _context_free_output(folded: str) -> bool:
+    """No combining mark or look-alike letter in a fold (they would interact with neighbours)."""
+    return not any(unicodedata.combining(c) or c in HOMOGLYPHS for c in folded)
+
+
 def _identity_ok(folded: str) -> bool:
     return all(c.isascii() or c in _COMMON for c in folded)
 
@@ -81,6 +86,7 @@ def tables(diacritics: bool) -> dict[str, dict[str, bytes]]:
     tables hold (ASCII not included), as the module docstring says."""
     tokens: dict[str, bytes] = {}
     identity: dict[str, bytes] = {}
+    identity_any: dict[str, bytes] = {}  # (the fold of text that then needs the identity's Unicode scan)
     for lo, hi in RANGES:
         for cp in range(lo, hi):
             ch = chr(cp)
@@ -93,9 +99,11 @@ def tables(diacritics: bool) -> dict[str, dict[str, bytes]]:
                 tokens[ch] = encoded
             folded = fold(ch, diacritics, case=False)
             encoded = folded.encode("utf-8")
-            if _identity_ok(folded) and len(encoded) <= limit:
-                identity[ch] = encoded
-    return {"tokens": tokens, "identity": identity}
+            if len(encoded) <= limit and _context_free_output(folded):
+                identity_any[ch] = encoded
+                if _identity_ok(folded):
+                    identity[ch] = encoded
+    return {"tokens": tokens, "identity": identity, "identity_any": identity_any}
 
 
 @functools.cache
@@ -104,7 +112,9 @@ def tables_with_blocks(diacritics: bool) -> dict[str, dict[str, bytes]]:
     needs them: ~80 ms that a Latin-script feed never pays). Not identity entries: not ASCII; that
     text takes the compiled Unicode scan of :mod:`stream_dedup.identity`."""
     latin = tables(diacritics)
-    return {"tokens": {**latin["tokens"], **_self_folding()}, "identity": latin["identity"]}
+    blocks = _self_folding()
+    return {"tokens": {**latin["tokens"], **blocks}, "identity": latin["identity"],
+            "identity_any": {**latin["identity_any"], **{ch: ch.encode("utf-8") for ch in blocks}}}
 
 
 def _self_folding() -> dict[str, bytes]:
@@ -159,15 +169,25 @@ def fold_tokens(text: str, diacritics: bool) -> tuple[np.ndarray, bool] | None:
     return (out, bool(split)) if ok else None
 
 
+def fold_identity_text(text: str, diacritics: bool) -> str | None:
+    """``fold(text, diacritics, case=False)`` by table for text in the scripts the tables hold
+    (Latin, CJK, Hangul, ...), whatever its fold (``ß`` and ``Ł`` keep theirs, CJK stays CJK); None
+    when ``text`` holds a character the table does not."""
+    out = fold_bytes(text, diacritics, "identity_any")
+    return None if out is None else out.tobytes().decode("utf-8", "surrogatepass")
+
+
 def fold_bytes(text: str, diacritics: bool, kind: str = "tokens") -> np.ndarray | None:
     """The UTF-8 bytes (uint8) of ``blank_non_word(fold(text, diacritics))`` (``kind="tokens"``) or
-    of ``fold(text, diacritics, case=False)`` (``"identity"``), by table; None when ``text`` holds a
-    character the table does not (fold it in full then). For non-ASCII text: ASCII needs no table."""
+    of ``fold(text, diacritics, case=False)`` when that is ASCII or common punctuation
+    (``"identity"``; any fold of the scripts held: ``"identity_any"``), by table; None when
+    ``text`` holds a character the table does not (fold it in full then). For non-ASCII text:
+    ASCII needs no table."""
     if kind == "tokens":
         folded = fold_tokens(text, diacritics)
         return None if folded is None else folded[0]
     ok, out, _ = _fold_utf8(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
-                            *_arrays(diacritics, kind))
+                            *_arrays(diacritics, kind, kind == "identity_any"))
     return out if ok else None
 
 

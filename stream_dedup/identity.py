@@ -44,7 +44,7 @@ import re
 
 import numpy as np
 
-from .fold_table import fold_bytes
+from .fold_table import fold_bytes, fold_identity_text
 from .folding import fold
 from .hashing import token_hash
 from .jit import kernel, trusted
@@ -309,7 +309,8 @@ def identity_sketch(text: str, diacritics: bool = True) -> np.ndarray:
     folded = fold_bytes(text, diacritics, "identity")
     if folded is not None:
         return _identity_sketch_ascii(folded, WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
-    text = fold(text, diacritics, case=False)
+    by_table = fold_identity_text(text, diacritics)  # CJK, Hangul, ß, Ł: folded by table all the same
+    text = fold(text, diacritics, case=False) if by_table is None else by_table
     if text.isascii() or ascii_equivalent(text) is not None:
         return _identity_sketch_ascii(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
                                       WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
