@@ -11,19 +11,24 @@ For the Latin letters, common punctuation and a few symbols, folding is context-
 folds the same whatever stands beside it (no combining mark to compose with, no look-alike letter
 whose mapping depends on the script around it). So a table holds, for each such code point, the
 UTF-8 bytes of its fold, and the kernel :func:`stream_dedup.kernels.fold_utf8` maps a text's UTF-8
-through it in one pass. A text holding any other character (a combining mark, a Cyrillic or Greek
-letter, CJK, an emoji) gets None and takes the full fold. The tables are built from :func:`fold`
-itself on first use (~30 ms), so they follow the running Python's Unicode data;
-``tests/engine/test_fold_table.py`` checks that every entry is context-free and that both paths
-give the same token hashes and identity sketches.
+through it in one pass. CJK punctuation, kana, ideographs and Hangul syllables fold to themselves
+and are held too (:data:`SELF_FOLDING_BLOCKS`, loaded when a text first needs them). A text holding
+any other character (a combining mark, a Cyrillic or Greek letter, an emoji) gets None and takes
+the full fold. The tables are built from :func:`fold` itself on first use (~30 ms; the blocks ~80 ms
+more), so they follow the running Python's Unicode data; ``tests/engine/test_fold_table.py``
+checks that every entry is context-free and that both paths give the same token hashes and
+identity sketches.
 
-Two tables for each ``diacritics`` setting:
+The tables, for each ``diacritics`` setting:
 
 * tokens: ``blank_non_word(fold(ch))``, the bytes the tokenizer scans (case folded, non-word
-  characters blanked to a space), for characters whose fold holds no combining mark and no
-  character of a script written without spaces (those are tokenized per character);
+  characters blanked to a space), for characters whose fold holds no combining mark; a text
+  holding a character of a script written without spaces is reported, so that its tokens are
+  split per character (:func:`fold_tokens`);
 * identity: ``fold(ch, case=False)``, for characters whose fold is ASCII or common punctuation
-  (the text the identity scan reads; anything else needs its reference path).
+  (the text the compiled ASCII identity scan reads);
+* identity_any: ``fold(ch, case=False)`` whatever it is (CJK stays CJK, ``ß`` stays ``ß`` with the
+  case kept), for the identity's Unicode scan (:func:`fold_identity_text`).
 """
 
 from __future__ import annotations
