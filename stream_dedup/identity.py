@@ -47,7 +47,7 @@ import numpy as np
 from .fold_table import fold_bytes, fold_identity_text
 from .folding import fold
 from .hashing import token_hash
-from .jit import kernel, trusted
+from .jit import inline, kernel, trusted
 from .kernels import _fmix, _murmur3_64_padded
 from .text import ascii_equivalent
 
@@ -116,6 +116,18 @@ def _bmp_tables() -> tuple[np.ndarray, np.ndarray]:
     return is_word, is_upper
 
 
+@inline
+def _word_run(values, word, i):
+    """(end, all ASCII digits) of the run of word characters (``word[values[j]]``) from ``i``: the
+    item scan of both identity kernels, over UTF-8 bytes or over code points."""
+    digits = True
+    while i < values.shape[0] and word[values[i]]:
+        if not (48 <= values[i] <= 57):
+            digits = False
+        i += 1
+    return i, digits
+
+
 @kernel
 def identity_spans(cps, is_word, is_upper):
     """:func:`identity_items` as (start, end, kind) arrays over the code points ``cps`` (uint32, all
@@ -133,11 +145,7 @@ def identity_spans(cps, is_word, is_upper):
             i += 1
             continue
         s = i
-        d = True
-        while i < n and is_word[cps[i]]:
-            if not (48 <= cps[i] <= 57):
-                d = False
-            i += 1
+        i, d = _word_run(cps, is_word, i)
         run_start[m] = s
         run_end[m] = i
         digits[m] = d
@@ -264,11 +272,7 @@ def identity_pairs_ascii(buf, word, seed):
             i += 1
             continue
         s = i
-        digits = True
-        while i < n and word[buf[i]]:
-            if not (48 <= buf[i] <= 57):
-                digits = False
-            i += 1
+        i, digits = _word_run(buf, word, i)
         ident = digits
         if digits:  # join digit runs across one . , : / (the next run all digits)
             while i + 1 < n and (buf[i] == 46 or buf[i] == 44 or buf[i] == 58 or buf[i] == 47) \
