@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -102,7 +103,8 @@ def identity_items(text: str) -> list[tuple[str, int]]:
 def identity_pairs_reference(text: str) -> np.ndarray:
     """The identity sketch through :func:`identity_items` (any text)."""
     items = identity_items(text)
-    return _pairs([w for w, _ in items], [kind for _, kind in items])
+    kinds = [kind for _, kind in items]
+    return _pairs([w for w, _ in items].__getitem__, kinds, [k for k, kind in enumerate(kinds) if kind])
 
 
 @functools.cache
@@ -187,22 +189,33 @@ def identity_pairs_unicode(text: str) -> np.ndarray:
         return identity_pairs_reference(text)
     is_word, is_upper = _bmp_tables()
     starts, ends, kinds = _identity_spans(cps, is_word, is_upper)
-    return _pairs([text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)], kinds.tolist())
+    first, last = starts.tolist(), ends.tolist()
+    return _pairs(lambda k: text[first[k]:last[k]], kinds.tolist(), np.flatnonzero(kinds).tolist())
 
 
-def _pairs(tokens: list[str], kinds: list[int]) -> np.ndarray:
-    """The selected pairs of the items ``tokens`` with their ``kinds`` (0 word, 1 name, 2 number)."""
-    memo: dict[str, int] = {}
+#: token -> hash of its fold, kept across articles (names and figures recur in a feed; a non-ASCII
+#: token's fold costs ~5 us): emptied when it reaches _MEMO_MAX entries
+_token_hashes: dict[str, int] = {}
+_MEMO_MAX = 1 << 17
+
+
+def _pairs(token_at: Callable[[int], str], kinds: list[int], identity: list[int]) -> np.ndarray:
+    """The selected pairs of the items (``token_at(k)``: the text of item ``k``) with their
+    ``kinds`` (0 word, 1 name, 2 number); ``identity``: the items of kind 1 or 2, in order. Only
+    those and the two items before each are read and hashed."""
+    memo = _token_hashes
+    if len(memo) >= _MEMO_MAX:
+        memo.clear()
 
     def h(k: int) -> int:  # hashed only where needed: identity tokens and the two items before each
         if k < 0:
             return 0
-        tok = tokens[k]
+        tok = token_at(k)
         v = memo.get(tok)
         if v is None:
             v = memo[tok] = token_hash(fold(tok).encode("utf-8", "surrogatepass"), IDENTITY_SEED)
         return v
-    pairs = [_pair(h(k - 2), h(k - 1), h(k), kind == 2) for k, kind in enumerate(kinds) if kind]
+    pairs = [_pair(h(k - 2), h(k - 1), h(k), kinds[k] == 2) for k in identity]
     return _select(np.array(pairs, dtype=np.uint32))
 
 
