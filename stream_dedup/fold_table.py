@@ -1,4 +1,4 @@
-"""Folding by table: Latin-script text folded a character at a time, in one compiled pass.
+"""Folding by table: text folded a character at a time, in one compiled pass (Latin, CJK, Hangul).
 
 :func:`stream_dedup.folding.fold` runs NFKC, regular expressions, case folding and the diacritics
 rule over the whole text, and a text still non-ASCII afterwards (curly quotes) is folded again to
@@ -50,9 +50,10 @@ from .text import COMMON_NON_WORD, blank_non_word, has_no_boundary_script, no_bo
 #: decoding scar: 974 of the shared stream's articles hold one)
 RANGES = ((0x80, 0x250), (0x1E00, 0x1F00), (0x2000, 0x2070), (0x20A0, 0x20C1), (0x2100, 0x2150), (0x3000, 0x3001),
           (0xFF01, 0xFF5F), (0xFFE0, 0xFFE7), (0xFFFD, 0xFFFE))
-#: blocks of characters that fold to themselves (checked a block at a time, at C speed: NFKC and case
-#: folding leave the block's text unchanged), tokenised one character each: CJK symbols and
-#: punctuation, Hiragana and Katakana, CJK unified ideographs (+ extension A), Hangul syllables.
+#: blocks of characters that fold to themselves (NFKC and case folding leave them unchanged: checked
+#: per character in the small blocks, a block at a time at C speed in the large ones), tokenised one
+#: character each: CJK symbols and punctuation, Hiragana and Katakana, CJK unified ideographs
+#: (+ extension A), Hangul syllables.
 #: Hangul compatibility jamo and half-width Katakana are not here: NFKC composes them with neighbours.
 SELF_FOLDING_BLOCKS = ((0x3001, 0x3040), (0x3041, 0x3100), (0x3400, 0x4DC0), (0x4E00, 0xA000), (0xAC00, 0xD7A4))
 NOT_IN_TABLE = 255   # a length that marks a code point the table does not hold
