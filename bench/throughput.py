@@ -122,10 +122,14 @@ def accented_items(lines: list[bytes], every: int = 7) -> list[bytes]:
         rec = json.loads(line)
         for field in ("title", "text"):
             if isinstance(rec.get(field), str):
-                rec[field] = " ".join(w.translate(ACCENTS) if zlib.crc32(w.encode()) % every == 0 else w
-                                      for w in rec[field].split(" "))
+                rec[field] = accented(rec[field], every)
         out.append(json.dumps(rec, ensure_ascii=False).encode())
     return out
+
+
+def accented(text: str, every: int = 7) -> str:
+    """``text`` with its words whose CRC-32 is a multiple of ``every`` spelled with :data:`ACCENTS`."""
+    return " ".join(w.translate(ACCENTS) if zlib.crc32(w.encode()) % every == 0 else w for w in text.split(" "))
 
 
 def stream_records(stream: str, lines: list[bytes], short_words: int) -> list[bytes]:

@@ -72,14 +72,15 @@ def _context_may_matter(ch: str) -> bool:
     return any(c in HOMOGLYPHS or unicodedata.combining(c) for c in nfkc + nfkc.casefold())
 
 
-def _token_ok(folded: str) -> bool:
-    return all(c.isascii() or not (unicodedata.combining(c) or c in HOMOGLYPHS or has_no_boundary_script(c))
-               for c in folded)
-
-
 def _context_free_output(folded: str) -> bool:
     """No combining mark or look-alike letter in a fold (they would interact with neighbours)."""
     return not any(unicodedata.combining(c) or c in HOMOGLYPHS for c in folded)
+
+
+def _token_ok(folded: str) -> bool:
+    """A context-free fold with no character of a script written without spaces (those come from
+    :data:`SELF_FOLDING_BLOCKS`, tokenised one each)."""
+    return _context_free_output(folded) and not has_no_boundary_script(folded)
 
 
 def _identity_ok(folded: str) -> bool:
@@ -88,8 +89,9 @@ def _identity_ok(folded: str) -> bool:
 
 @functools.cache
 def tables(diacritics: bool) -> dict[str, dict[str, bytes]]:
-    """``{"tokens": {ch: bytes}, "identity": {ch: bytes}}``: the folds of every character the
-    tables hold (ASCII not included), as the module docstring says."""
+    """``{"tokens": {ch: bytes}, "identity": {ch: bytes}, "identity_any": {ch: bytes}}``: the folds
+    of every character of :data:`RANGES` the tables hold (ASCII not included), as the module
+    docstring says."""
     tokens: dict[str, bytes] = {}
     identity: dict[str, bytes] = {}
     identity_any: dict[str, bytes] = {}  # (the fold of text that then needs the identity's Unicode scan)

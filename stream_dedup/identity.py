@@ -316,9 +316,10 @@ def identity_sketch(text: str, diacritics: bool = True) -> np.ndarray:
     """Sorted uint32 pairs: the ``IDENTITY_K`` smallest distinct (context, identity token) pairs of each kind.
 
     Non-ASCII text is folded first, all but its case (``fold(text, diacritics, case=False)``), so
-    that text which is then ASCII apart from common punctuation takes the compiled scan too. Text
-    in the Latin script is folded by table (:mod:`stream_dedup.fold_table`: one compiled pass, the
-    same bytes as the general fold), the rest by :func:`~stream_dedup.folding.fold`.
+    that text which is then ASCII apart from common punctuation takes the compiled ASCII scan too;
+    other text takes the compiled Unicode scan (:func:`identity_pairs_unicode`). Text in the scripts
+    :mod:`stream_dedup.fold_table` holds (Latin, CJK, Hangul) is folded by table (one compiled pass,
+    the same text as the general fold), the rest by :func:`~stream_dedup.folding.fold`.
     """
     if text.isascii():
         return _identity_sketch_ascii(np.frombuffer(text.encode("ascii"), dtype=np.uint8), WORD_BYTES,
@@ -327,7 +328,9 @@ def identity_sketch(text: str, diacritics: bool = True) -> np.ndarray:
     if folded is not None:
         return _identity_sketch_ascii(folded, WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
     by_table = fold_identity_text(text, diacritics)  # CJK, Hangul, ß, Ł: folded by table all the same
-    text = fold(text, diacritics, case=False) if by_table is None else by_table
+    if by_table is not None:  # (a fold the "identity" table lacks: neither ASCII nor common punctuation)
+        return identity_pairs_unicode(by_table)
+    text = fold(text, diacritics, case=False)
     if text.isascii() or ascii_equivalent(text) is not None:
         return _identity_sketch_ascii(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8),
                                       WORD_BYTES, IDENTITY_SEED, IDENTITY_K)

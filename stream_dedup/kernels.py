@@ -165,6 +165,17 @@ def token_hashes_utf8(buf, word, seed):
     return out
 
 
+@inline
+def _code_point(buf, i, lead, width):
+    """The code point of the ``width``-byte UTF-8 sequence whose lead byte ``lead`` is ``buf[i]``
+    (as many continuation bytes as ``buf`` still holds): the decoding of :func:`token_hashes_split`,
+    :func:`ascii_fold` and :func:`fold_utf8`."""
+    cp = np.int64(lead) & (0x7F >> width)
+    for j in range(1, min(width, buf.shape[0] - i)):
+        cp = (cp << 6) | (np.int64(buf[i + j]) & 0x3F)
+    return cp
+
+
 @kernel
 def token_hashes_split(buf, word, split, seed):
     """MurmurHash3 (64-bit) of every token of UTF-8 ``buf`` whose non-ASCII characters are all word
@@ -193,18 +204,9 @@ def token_hashes_split(buf, word, split, seed):
                 run = -1
             i += 1
             continue
-        if c >= 0xF0:
-            width = 4
-            cp = np.int64(c & 0x07)
-        elif c >= 0xE0:
-            width = 3
-            cp = np.int64(c & 0x0F)
-        else:
-            width = 2
-            cp = np.int64(c & 0x1F)
+        width = 4 if c >= 0xF0 else 3 if c >= 0xE0 else 2
+        cp = _code_point(buf, i, c, width)
         width = min(width, n - i)
-        for j in range(1, width):
-            cp = (cp << 6) | (np.int64(buf[i + j]) & 0x3F)
         alone = split[cp] if cp < 0x10000 else 0x20000 <= cp <= 0x3134F
         if alone:
             if run >= 0:
@@ -247,10 +249,7 @@ def ascii_fold(buf, blank):
         width = 2 if c < 0xE0 else 3
         if i + width > n:
             return False, out
-        if width == 2:
-            cp = ((np.int64(c) & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F)
-        else:
-            cp = ((np.int64(c) & 0x0F) << 12) | ((np.int64(buf[i + 1]) & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F)
+        cp = _code_point(buf, i, c, width)
         if not blank[cp]:
             return False, out
         for j in range(width):
@@ -283,10 +282,7 @@ def fold_utf8(buf, ascii_map, lengths, offsets, pool, flags):
         width = 2 if c < 0xE0 else 3
         if i + width > n:
             return False, out[:0], flagged
-        if width == 2:
-            cp = ((np.int64(c) & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F)
-        else:
-            cp = ((np.int64(c) & 0x0F) << 12) | ((np.int64(buf[i + 1]) & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F)
+        cp = _code_point(buf, i, c, width)
         length = np.int64(lengths[cp])
         if flags[cp]:
             flagged = True
