@@ -140,7 +140,7 @@ class Index:
         self.banding = banding
         self.tables = PermutedTables() if tables is None else tables
         self._lists: memory_lists.Lists | None = None
-        self.lists_behind = False  # set while a write is in RocksDB and not yet in the lists
+        self.lists_behind = False  # set while the lists and RocksDB differ (a write in one and not yet in the other)
         self.snapshot_on_close = True  # write the lists' snapshot at close (not for a throwaway index)
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
@@ -233,6 +233,11 @@ class Index:
         if self._lists is None:
             self._lists = memory_lists.load(self) or memory_lists.build(self)
         return self._lists
+
+    def drop_lists(self) -> None:
+        """Forget the in-memory lists (they no longer match RocksDB): built again from it when next used."""
+        self._lists = None
+        self.lists_behind = False
 
     def scan(self, prefix: bytes):
         """``(key, value)`` of the points family's keys that start with ``prefix``, in key order."""

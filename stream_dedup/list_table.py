@@ -342,6 +342,11 @@ class MemberLists:
                              np.repeat(np.array([seq for _, seq in pairs], dtype=np.uint32),
                                        [keys.shape[0] for keys, _ in pairs]))
 
+    def file_one(self, keys: np.ndarray, seq: int) -> None:
+        """File ``seq`` under every key of ``keys`` (uint64[m]): :meth:`file` of one article."""
+        if keys.shape[0]:
+            self.add_entries(keys, np.full(keys.shape[0], seq, dtype=np.uint32))
+
     def remove(self, keys: np.ndarray, seq: int) -> None:
         """Take ``seq`` out of the lists ``keys`` (uint64[m])."""
         if keys.shape[0]:
@@ -371,38 +376,43 @@ class MemberLists:
         next growth; a table that would still pass :data:`MAX_LOAD` finishes at once."""
         meta = self.meta
         nodes = 2 * entries  # an entry may take two: its own, and one for the member it joins inline
+        # (meta.item: a numpy int64 compared with a float costs ~2.5 us, an int ~0.05)
+        if self._next is None and not self.mirror_seq.shape[0] and not self.old_keys.shape[0] \
+                and meta.item(1) + nodes <= PREPARE_NODES * self.node_seq.shape[0] \
+                and meta.item(0) + entries <= PREPARE_LOAD * self.slot_keys.shape[0]:
+            return  # no growth under way nor due (most adds: an article's keys are filed one add each)
         if self.mirror_seq.shape[0]:
             self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
-        elif meta[1] + nodes > PREPARE_NODES * self.node_seq.shape[0]:
-            n = grown_size(self.node_seq.shape[0], meta[1] + nodes, PREPARE_NODES, GROWTH)
+        elif meta.item(1) + nodes > PREPARE_NODES * self.node_seq.shape[0]:
+            n = grown_size(self.node_seq.shape[0], meta.item(1) + nodes, PREPARE_NODES, GROWTH)
             self.mirror_seq, self.mirror_next = np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.int32)
             self._mirror_ahead = Ahead(self.mirror_seq, self.mirror_next, limit=self.node_seq.shape[0])
             meta[6] = 0
             self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
-        if meta[1] + nodes > self.node_seq.shape[0]:  # (an add larger than the copy's head start)
+        if meta.item(1) + nodes > self.node_seq.shape[0]:  # (an add larger than the copy's head start)
             self._copy_nodes(self.node_seq.shape[0])
-            if meta[1] + nodes > self.node_seq.shape[0]:
-                n = grown_size(self.node_seq.shape[0], meta[1] + nodes, 1.0, GROWTH)
+            if meta.item(1) + nodes > self.node_seq.shape[0]:
+                n = grown_size(self.node_seq.shape[0], meta.item(1) + nodes, 1.0, GROWTH)
                 seq, nxt = np.zeros(n, dtype=np.uint32), np.full(n, -1, dtype=np.int32)
                 seq[:meta[1]], nxt[:meta[1]] = self.node_seq[:meta[1]], self.node_next[:meta[1]]
                 self.node_seq, self.node_next = seq, nxt
         size = self.slot_keys.shape[0]
-        full = meta[0] + entries > MAX_LOAD * size
+        full = meta.item(0) + entries > MAX_LOAD * size
         if self.old_keys.shape[0]:
             self._migrate(self.old_keys.shape[0] if full else MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
-            full = meta[0] + entries > MAX_LOAD * size
-        if self._next is None and meta[0] + entries > PREPARE_LOAD * size:
+            full = meta.item(0) + entries > MAX_LOAD * size
+        if self._next is None and meta.item(0) + entries > PREPARE_LOAD * size:
             self._migrate(self.old_keys.shape[0])
             # (the same size if emptied lists made the load)
-            new = grown_size(size, meta[4] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size,
+            new = grown_size(size, meta.item(4) + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size,
                              MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
             self._next = NextArrays(new, (np.uint64, EMPTY), (np.int32, -1))
         # (ready while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots)
         if self._next is not None and self._next.advance(entries, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MIN_FILL, full):
             self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         size = self.slot_keys.shape[0]
-        if meta[0] + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
-            new = grown_size(size, meta[4] + entries, MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
+        if meta.item(0) + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
+            new = grown_size(size, meta.item(4) + entries, MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
             self._install(np.full(new, EMPTY, dtype=np.uint64), np.full(new, -1, dtype=np.int32), size)
 
     def _install(self, keys: np.ndarray, head: np.ndarray, steps: int) -> None:

@@ -212,7 +212,11 @@ class SimhashTable:
 
     def add(self, permuted: np.ndarray, seq: int) -> None:
         """File article ``seq`` with its SimHash permuted for each table (uint64[T])."""
-        self.add_many(permuted.reshape(1, -1), np.array([seq], dtype=np.uint32))
+        if permuted.size:
+            self.reserve(permuted.size)
+            _simhash_add(self.fps, self.tags, self.seqs, self.meta,
+                         np.ascontiguousarray(permuted, dtype=np.uint64).reshape(1, -1), self.masks,
+                         np.full(1, seq, dtype=np.uint32))
 
     def add_many(self, permuted: np.ndarray, seqs: np.ndarray) -> None:
         """File articles ``seqs`` (uint32[n]) with their SimHash permuted for each table (uint64[n, T]), in order."""
@@ -241,21 +245,23 @@ class SimhashTable:
         :data:`MAX_LOAD` finishes at once."""
         meta = self.meta
         size = self.fps.shape[0]
-        full = meta[0] + entries > MAX_LOAD * size
+        if self._next is None and not self.old_tags.shape[0] and meta.item(0) + entries <= PREPARE_LOAD * size:
+            return  # no growth under way nor due (most adds)
+        full = meta.item(0) + entries > MAX_LOAD * size
         if self.old_tags.shape[0]:
             self._migrate(self.old_tags.shape[0] if full else MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
-        if self._next is None and meta[0] + entries > PREPARE_LOAD * size:
+        if self._next is None and meta.item(0) + entries > PREPARE_LOAD * size:
             self._migrate(self.old_tags.shape[0])
             # (the same size if removals made the load)
-            new = grown_size(size, meta[1] + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MAX_LOAD / GROWTH, GROWTH)
+            new = grown_size(size, meta.item(1) + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MAX_LOAD / GROWTH, GROWTH)
             # (fps zeroed now, every page touched a chunk per add, not by the migration's scattered writes)
             self._next = NextArrays(new, (np.uint64, 0), (np.uint8, FREE), (np.uint32, 0))
         # (ready while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots)
         if self._next is not None and self._next.advance(entries, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MIN_FILL, full):
             self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         size = self.fps.shape[0]
-        if meta[0] + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
-            new = grown_size(size, meta[1] + entries, MAX_LOAD / GROWTH, GROWTH)
+        if meta.item(0) + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
+            new = grown_size(size, meta.item(1) + entries, MAX_LOAD / GROWTH, GROWTH)
             self._install(np.zeros(new, dtype=np.uint64), np.zeros(new, dtype=np.uint8), np.zeros(new, dtype=np.uint32),
                           size)
 

@@ -156,36 +156,69 @@ def test_a_batch_reads_the_lsh_buckets_as_they_will_be_after_its_commit(tmp_path
     index.close()
 
 
-def test_insert_reuses_only_the_lookup_of_the_same_article(tmp_path: Path, textgen: SimpleNamespace) -> None:
-    """BatchView.insert files an article with the key lists and disjointness its own lookup just
-    computed (batch._Probed), never with another article's: the batch's bucket members and SimHash
-    table entries are the same as when each article is inserted without a lookup."""
-    from stream_dedup.batch import BatchView, Prepared
-    from stream_dedup.passages import NO_ANCHORS
+def _lists_state(index) -> tuple:
+    lists = index.lists()
+    return lists.buckets.as_dict(), lists.passages.as_dict(), lists.simhash.as_set()
 
-    a, b = textgen.words(5, 200), textgen.words(6, 200)
-    texts = [a, a[:195] + b[:5], b, a[:190] + b[:10], b[:198] + a[:2], a]  # near copies share buckets and table keys
+
+def test_a_batch_that_raises_takes_its_articles_out_of_the_lists(tmp_path: Path, textgen: SimpleNamespace,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch files each article in the in-memory lists when it decides it (the next one's lookup
+    finds it there); a batch interrupted before its write takes them out again, so the lists hold
+    exactly what RocksDB holds, and deciding the batch again gives the one-by-one decisions."""
+    articles = _articles(textgen)
+    more = [Article(id=f"m{i}", text=textgen.text(textgen.words(20 + i, 150) + textgen.words(1, 150)))
+            for i in range(6)]  # near copies of "a": they share buckets, SimHash keys and passages with it
+    reference = one_by_one(articles + more, tmp_path / "one")
     with Deduplicator(EngineConfig(), tmp_path / "s") as d:
-        k = d.config.simhash_k
-        preps = [Prepared.of(d.fingerprint(Article(id=str(i), text=textgen.text(t))), d.config.num_perm)
-                 for i, t in enumerate(texts)]
+        first = [x.to_event() for x in d.process_batch(articles, now=NOW)]
+        before, count = _lists_state(d.index), len(d)
+        real_verify, calls = Deduplicator._verify, [0]
 
-        def filed(probe: int | None) -> tuple:
-            """The batch's members after inserting every article, each after a lookup of article
-            ``i + probe`` (None: no lookup)."""
-            view = BatchView(d.index, d.tables.key_masks)
-            for i, p in enumerate(preps):
-                if probe is not None:
-                    view.lookup(*preps[(i + probe) % len(preps)].keys(d.index.buckets, d.tables), k)
-                keys, permuted = p.keys(d.index.buckets, d.tables)
-                view.insert(article_id=str(i), first_seen=NOW, simhash=p.fp.simhash, n_shingles=p.fp.n_shingles,
-                            exact=p.fp.exact, minhash=p.sig, root_id=str(i), decision=["new"], bucket_keys=keys,
-                            permuted=permuted, index_sketches=True, checkpoint=None, identity=p.fp.identity,
-                            anchors=0, words=b"", postings=(NO_ANCHORS, b""))
-            members, tables = view.own_members, view.tables
-            return members.first, members.more, tables.first, tables.more, view.permuted_of
+        def interrupted(self, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] == 5:  # after four of the batch's articles are filed
+                raise KeyboardInterrupt
+            return real_verify(self, *args, **kwargs)
 
-        plain = filed(None)
-        assert plain[1] and plain[3]  # keys shared within the batch: the disjointness matters
-        assert filed(0) == plain      # each lookup's own lists reused
-        assert filed(1) == plain      # the last lookup was another article's: not reused
+        monkeypatch.setattr(Deduplicator, "_verify", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            d.process_batch(more, now=NOW)
+        monkeypatch.setattr(Deduplicator, "_verify", real_verify)
+        assert calls[0] == 5 and len(d) == count
+        assert d.index._lists is not None and _lists_state(d.index) == before  # taken out, not rebuilt
+        assert not d.index.lists_behind
+        again = [x.to_event() for x in d.process_batch(more, now=NOW)]
+    assert first + again == reference
+
+
+def test_a_rollback_past_a_capped_bucket_rebuilds_the_lists(tmp_path: Path) -> None:
+    """A bucket at its cap dropped its oldest member when the batch filed one: that cannot be undone
+    in place, so the rollback drops the lists and the next use builds them from RocksDB, as they were."""
+    from stream_dedup.batch import BatchView
+    from stream_dedup.index import Index
+
+    index = Index(tmp_path / "s", num_perm=8, settings={"test": "batch-rollback"}, max_bucket=2, banding=(2, 3))
+
+    def article(n: int, shared: bool = True) -> dict:
+        s = (np.arange(8, dtype=np.uint16) + 100 * n + 1000).astype(">u2")
+        if shared:
+            s[0:3] = 7  # band 0: one bucket for these
+        return dict(article_id=f"a{n}", first_seen=0.0, simhash=n, n_shingles=10, exact=n.to_bytes(16, "big"),
+                    minhash=s, root_id=f"a{n}", decision=["new"], bucket_keys=index.buckets.keys(s), permuted=[],
+                    index_sketches=True, checkpoint=None)
+
+    for n in range(2):
+        index.insert(**article(n))
+    before = _lists_state(index)[:2]  # (articles filed without SimHash tables here: a rebuild files them)
+    view = BatchView(index, [])
+    view.insert(**article(2))  # the shared bucket (cap 2) drops a0
+    assert view.lookup(index.buckets.keys(article(3)["minhash"]), [], 64).lsh == {1, 2}
+    view.rollback()
+    assert index._lists is None and not index.lists_behind
+    assert _lists_state(index)[:2] == before  # built again from RocksDB: a0 and a1
+    view = BatchView(index, [])
+    view.insert(**article(5, shared=False))  # buckets of its own: no drop, taken out in place
+    view.rollback()
+    assert index._lists is not None and _lists_state(index)[:2] == before
+    index.close()
