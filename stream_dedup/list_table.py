@@ -280,6 +280,7 @@ class MemberLists:
         self.node_next = np.full(nodes, -1, dtype=np.int32)
         self.meta = np.zeros(_META, dtype=np.int64)
         self.meta[2] = -1
+        self._seq_buf = np.empty(64, dtype=np.uint32)  # (file_one's seqs)
         self._settled()
 
     def _settled(self) -> None:
@@ -343,9 +344,16 @@ class MemberLists:
                                        [keys.shape[0] for keys, _ in pairs]))
 
     def file_one(self, keys: np.ndarray, seq: int) -> None:
-        """File ``seq`` under every key of ``keys`` (uint64[m]): :meth:`file` of one article."""
-        if keys.shape[0]:
-            self.add_entries(keys, np.full(keys.shape[0], seq, dtype=np.uint32))
+        """File ``seq`` under every key of ``keys`` (uint64[m]): :meth:`file` of one article (once per
+        article and list: its seqs are a view of a buffer kept for it, ~1.5 us less than ``np.full``)."""
+        m = keys.shape[0]
+        if m:
+            if self._seq_buf.shape[0] < m:
+                self._seq_buf = np.empty(2 * m, dtype=np.uint32)
+            seqs = self._seq_buf[:m]
+            seqs.fill(seq)
+            self.reserve(m)
+            _table_add(*self._args, keys, seqs, self.cap)
 
     def remove(self, keys: np.ndarray, seq: int) -> None:
         """Take ``seq`` out of the lists ``keys`` (uint64[m])."""

@@ -184,6 +184,7 @@ class SimhashTable:
         self.tags = np.zeros(slots, dtype=np.uint8)
         self.seqs = np.zeros(slots, dtype=np.uint32)
         self.meta = np.zeros(_META, dtype=np.int64)
+        self._one = np.empty(1, dtype=np.uint32)  # (add's seq)
         self.loaded()
 
     def loaded(self) -> None:
@@ -214,9 +215,10 @@ class SimhashTable:
         """File article ``seq`` with its SimHash permuted for each table (uint64[T])."""
         if permuted.size:
             self.reserve(permuted.size)
+            one = self._one
+            one[0] = seq
             _simhash_add(self.fps, self.tags, self.seqs, self.meta,
-                         np.ascontiguousarray(permuted, dtype=np.uint64).reshape(1, -1), self.masks,
-                         np.full(1, seq, dtype=np.uint32))
+                         np.ascontiguousarray(permuted, dtype=np.uint64).reshape(1, -1), self.masks, one)
 
     def add_many(self, permuted: np.ndarray, seqs: np.ndarray) -> None:
         """File articles ``seqs`` (uint32[n]) with their SimHash permuted for each table (uint64[n, T]), in order."""
