@@ -37,7 +37,7 @@ STAGES = [  # (label, owner attribute path from the Deduplicator (dotted), metho
 BATCH_STAGES = [  # (label, BatchView method): the batch's reads and writes
     ("id, exact-hash and LSH bucket multi-gets (prefetch)", "prefetch"),
     ("id and exact-hash reads (one key)", "get_one"),
-    ("index write: the article's entries into the batch", "insert"),
+    ("index write: the article's entries into the batch, its filing in the in-memory lists", "insert"),
     ("index write: one atomic RocksDB write per batch", "commit"),
 ]
 _depth = [0]
