@@ -41,7 +41,9 @@ from .passages import NO_ANCHORS
 if TYPE_CHECKING:
     from .decision import Decision
     from .engine import Deduplicator
+    from .list_table import MemberLists
     from .simhash import PermutedTables
+    from .simhash_table import SimhashTable
 
 __all__ = ["BatchView", "Prepared", "run_batch"]
 _UNKNOWN = object()  # a key not read yet
@@ -55,7 +57,7 @@ def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int],
     (:meth:`Deduplicator.decide_batch`): read the batch's ids, fingerprint the unknown ones
     (``fingerprint(i)``), read their exact hashes (one multi-get each), decide one by one in a
     :class:`BatchView`, write once."""
-    view = BatchView(engine.index, engine.tables.key_masks)
+    view = BatchView(engine.index)
     if len(ids) > 1:  # (a batch of one reads its keys one at a time: a multi-get of one key costs more)
         view.prefetch([view.id_key(i) for i in ids])
     prepared: list[Prepared | None] = [None] * len(ids)
@@ -116,7 +118,7 @@ class Prepared:
 class BatchView:
     """Reads through the batch's writes; writes kept until :meth:`commit` (see the module doc)."""
 
-    def __init__(self, index: Index, table_masks: list[int]) -> None:
+    def __init__(self, index: Index) -> None:
         self.index = index
         self.next_seq = index.next_seq
         self.count = index.count
@@ -129,9 +131,9 @@ class BatchView:
         self.id_keys: dict[str, bytes] = {}
         self.buckets, self.lists, self.simhash = index.lists()  # loaded or built now if not: before this batch's write
         self.passages = self.lists  # (what :func:`stream_dedup.passages.lookup` reads)
-        # what the batch filed in the lists, in order (:meth:`rollback` takes it out again), and the
+        # (list, keys, seq) the batch filed, in order (:meth:`rollback` takes them out again), and the
         # bucket table's member count before it (a bucket over its cap drops its oldest: not undone)
-        self.filed: list[tuple[int, np.ndarray, int]] = []
+        self.filed: list[tuple[BandTable | MemberLists | SimhashTable, np.ndarray, int]] = []
         self.bucket_members = int(self.buckets.meta[3])
         self.bucket_entries = 0
 
@@ -194,16 +196,16 @@ class BatchView:
             if len(permuted) or len(keys):
                 index.lists_behind = True  # the lists are ahead of RocksDB until the commit (no snapshot)
             if len(permuted):
-                filed.append((_SIMHASH, permuted, seq))  # (noted first: a rollback of an entry never filed is a no-op)
+                filed.append((self.simhash, permuted, seq))  # (noted first: a rollback of an entry never filed is a no-op)
                 self.simhash.add(permuted, seq)
             if len(keys):
-                filed.append((_BUCKETS, keys, seq))
+                filed.append((self.buckets, keys, seq))
                 self.bucket_entries += keys.shape[0]
                 self.buckets.file_one(keys, seq)
         joins = article.get("postings", (NO_ANCHORS, b""))[0]
         if joins.shape[0]:
             index.lists_behind = True
-            filed.append((_PASSAGES, joins, seq))
+            filed.append((self.lists, joins, seq))
             self.lists.file_one(joins, seq)
         if checkpoint is not None or receipt is not None:
             self.mark(checkpoint, receipt, False)
@@ -257,8 +259,8 @@ class BatchView:
         if int(self.buckets.meta[3]) != self.bucket_members + self.bucket_entries:
             self.index.drop_lists()
             return
-        for kind, keys, seq in reversed(filed):
-            (self.simhash if kind == _SIMHASH else self.buckets if kind == _BUCKETS else self.lists).remove(keys, seq)
+        for table, keys, seq in reversed(filed):
+            table.remove(keys, seq)
         self._settled()
 
     def _settled(self) -> None:
@@ -267,5 +269,3 @@ class BatchView:
         self.bucket_members, self.bucket_entries = int(self.buckets.meta[3]), 0
         self.index.lists_behind = False
 
-
-_SIMHASH, _BUCKETS, _PASSAGES = range(3)  # the lists a batch files an article in (BatchView.filed)

@@ -325,11 +325,9 @@ class Index:
         """The content-word bitmap of a raw record (see :mod:`stream_dedup.rewrite`)."""
         return _record_words(value, self.num_perm)
 
-    def lookup(self, bucket_keys: np.ndarray, permuted: np.ndarray,
-               max_distance: int = 64, members: np.ndarray | None = None) -> Lookup:
+    def lookup(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int = 64) -> Lookup:
         """Members of the LSH buckets ``bucket_keys`` (uint64, :meth:`BandTable.keys`), and every
-        SimHash within ``max_distance`` bits. ``members``: the buckets' members if the caller has
-        read them.
+        SimHash within ``max_distance`` bits.
 
         ``permuted`` is the query's SimHash permuted for each table (uint64[T], :meth:`PermutedTables.permute_array`;
         empty: no SimHash probe). A probe reads every entry that agrees with the query on the table's
@@ -337,8 +335,7 @@ class Index:
         entries farther away are dropped (Hamming distance is the same on permuted values).
         """
         lists = self.lists()
-        if members is None:
-            members = lists.buckets.lookup(bucket_keys) if len(bucket_keys) else _NO_MEMBERS
+        members = lists.buckets.lookup(bucket_keys) if len(bucket_keys) else _NO_MEMBERS
         sim = lists.simhash.probe(permuted, max_distance) if len(permuted) else _NO_MEMBERS
         return Lookup(set(members.tolist()), set(sim.tolist()))
 

@@ -352,8 +352,7 @@ class MemberLists:
                 self._seq_buf = np.empty(2 * m, dtype=np.uint32)
             seqs = self._seq_buf[:m]
             seqs.fill(seq)
-            self.reserve(m)
-            _table_add(*self._args, keys, seqs, self.cap)
+            self.add_entries(keys, seqs)
 
     def remove(self, keys: np.ndarray, seq: int) -> None:
         """Take ``seq`` out of the lists ``keys`` (uint64[m])."""

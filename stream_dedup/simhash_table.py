@@ -213,12 +213,8 @@ class SimhashTable:
 
     def add(self, permuted: np.ndarray, seq: int) -> None:
         """File article ``seq`` with its SimHash permuted for each table (uint64[T])."""
-        if permuted.size:
-            self.reserve(permuted.size)
-            one = self._one
-            one[0] = seq
-            _simhash_add(self.fps, self.tags, self.seqs, self.meta,
-                         np.ascontiguousarray(permuted, dtype=np.uint64).reshape(1, -1), self.masks, one)
+        self._one[0] = seq  # (a kept one-element array: np.array([seq]) costs ~1 us a call)
+        self.add_many(permuted.reshape(1, -1), self._one)
 
     def add_many(self, permuted: np.ndarray, seqs: np.ndarray) -> None:
         """File articles ``seqs`` (uint32[n]) with their SimHash permuted for each table (uint64[n, T]), in order."""

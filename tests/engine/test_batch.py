@@ -142,7 +142,7 @@ def test_a_batch_reads_the_lsh_buckets_as_they_will_be_after_its_commit(tmp_path
 
     for n in range(2):
         index.insert(**article(n))
-    view = BatchView(index, [])
+    view = BatchView(index)
     seen = []
     for n in range(2, 7):
         seen.append(view.lookup(index.buckets.keys(sig(n, n % 2 == 1)), [], 64).lsh)
@@ -211,13 +211,13 @@ def test_a_rollback_past_a_capped_bucket_rebuilds_the_lists(tmp_path: Path) -> N
     for n in range(2):
         index.insert(**article(n))
     before = _lists_state(index)[:2]  # (articles filed without SimHash tables here: a rebuild files them)
-    view = BatchView(index, [])
+    view = BatchView(index)
     view.insert(**article(2))  # the shared bucket (cap 2) drops a0
     assert view.lookup(index.buckets.keys(article(3)["minhash"]), [], 64).lsh == {1, 2}
     view.rollback()
     assert index._lists is None and not index.lists_behind
     assert _lists_state(index)[:2] == before  # built again from RocksDB: a0 and a1
-    view = BatchView(index, [])
+    view = BatchView(index)
     view.insert(**article(5, shared=False))  # buckets of its own: no drop, taken out in place
     view.rollback()
     assert index._lists is not None and _lists_state(index)[:2] == before
