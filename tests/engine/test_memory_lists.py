@@ -82,20 +82,91 @@ def test_a_snapshot_of_another_index_state_is_not_used(tmp_path: Path, textgen) 
         assert d.process(Article(id="a4", text=texts[0]), now=NOW).duplicate_of == "a0"
 
 
-def test_a_snapshot_without_simhash_tables_is_not_used(tmp_path: Path, textgen) -> None:
-    """Index format 9 wrote the buckets and passage lists only: its SimHash tables are built from the records."""
+def _snapshot(tmp_path: Path, textgen) -> dict:
+    """Three articles closed into an index at ``tmp_path``: its lists."""
     from stream_dedup.record import Article
     with Deduplicator(EngineConfig(), tmp_path) as d:
         for i in range(3):
             d.process(Article(id=f"a{i}", text=textgen.text(textgen.words(i, 300))), now=NOW)
-        expected = _state(d)
+        return _state(d)
+
+
+def _rewrite_header(path: Path, edit) -> None:
+    """Apply ``edit`` to the snapshot's JSON header (same length: padded with spaces)."""
+    import json
+    raw = path.read_bytes()
+    length = int.from_bytes(raw[8:16], "little")
+    header = json.loads(raw[16:16 + length])
+    edit(header)
+    text = json.dumps(header).encode()
+    assert len(text) <= length
+    path.write_bytes(raw[:16] + text.ljust(length) + raw[16 + length:])
+
+
+@pytest.mark.parametrize("damage", ["cut short", "no simhash arrays", "another dtype", "other magic"])
+def test_a_damaged_or_foreign_snapshot_is_not_used(tmp_path: Path, textgen, damage: str) -> None:
+    """A file whose size is not its header's (torn, cut), that lacks arrays (an older layout, index
+    format 9, had no SimHash tables), holds a non-integer array or is not a snapshot at all: the
+    lists are built from the records, the same as the snapshot would have given."""
+    expected = _snapshot(tmp_path, textgen)
     path = tmp_path / memory_lists.SNAPSHOT_FILE
-    with np.load(path) as data:
-        older = {name: data[name] for name in data.files if not name.startswith("simhash_")}
-    np.savez(path, **older)
+    if damage == "cut short":
+        with open(path, "r+b") as f:
+            f.truncate(path.stat().st_size - 64)
+    elif damage == "no simhash arrays":
+        _rewrite_header(path, lambda h: h.update(arrays=[a for a in h["arrays"] if not a[0].startswith("simhash_")]))
+    elif damage == "another dtype":
+        _rewrite_header(path, lambda h: h["arrays"][0].__setitem__(1, "|O"))
+    else:
+        path.write_bytes(b"PK\x03\x04" + path.read_bytes()[4:])
     with Deduplicator(EngineConfig(), tmp_path) as d:
         assert memory_lists.load(d.index) is None
+        assert not path.exists()  # read once, whatever it held
         assert _state(d) == expected and d.index.simhash_table.entries == 3 * len(d.tables)
+
+
+def test_the_snapshot_of_an_older_layout_is_deleted_not_read(tmp_path: Path, textgen) -> None:
+    """An index closed by a version that wrote ``memory-lists-2.npz`` builds its lists once; the old
+    file (never read again) is deleted at the next open."""
+    expected = _snapshot(tmp_path, textgen)
+    (tmp_path / memory_lists.SNAPSHOT_FILE).rename(tmp_path / "memory-lists-2.npz")
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        assert _state(d) == expected
+        assert not (tmp_path / "memory-lists-2.npz").exists()
+    assert (tmp_path / memory_lists.SNAPSHOT_FILE).exists()
+
+
+def test_a_snapshot_keeps_every_array_exactly(tmp_path: Path) -> None:
+    """Arrays of every size (empty, one byte short of the alignment, large), dtype and dimension
+    come back bit for bit, each in its own writable buffer."""
+    import json
+    from types import SimpleNamespace
+    rng = np.random.default_rng(7)
+    arrays = {"a": rng.integers(0, 2**63, 1000, dtype=np.uint64), "b": np.zeros(0, dtype=np.int32),
+              "c": rng.integers(0, 255, 63, dtype=np.uint8), "d": rng.integers(-5, 5, (7, 3), dtype=np.int64)}
+    tables = SimpleNamespace(settle=lambda: None, **arrays)
+    index = SimpleNamespace(path=tmp_path, count=3, next_seq=4, banding=(16, 8), max_bucket=100,
+                            db=SimpleNamespace(put=lambda k, v: stored.__setitem__(k, v)))
+    stored: dict[bytes, bytes] = {}
+    parts = memory_lists._parts
+    memory_lists._parts = lambda _lists: [("", tables, tuple(arrays))]
+    try:
+        memory_lists.save(index, None)  # type: ignore[arg-type]
+    finally:
+        memory_lists._parts = parts
+    token = stored[memory_lists.TOKEN_KEY]
+    path = tmp_path / memory_lists.SNAPSHOT_FILE
+    back = memory_lists._read(path, token, memory_lists._fingerprint(index))
+    assert back is not None and set(back) == set(arrays)
+    for name, array in arrays.items():
+        assert back[name].dtype == array.dtype and back[name].shape == array.shape
+        assert np.array_equal(back[name], array) and back[name].flags.writeable and back[name].flags.owndata
+    assert memory_lists._read(path, b"x" * 16, memory_lists._fingerprint(index)) is None  # another token
+    index.count = 4
+    assert memory_lists._read(path, token, memory_lists._fingerprint(index)) is None  # another article count
+    length = int.from_bytes(path.read_bytes()[8:16], "little")
+    offsets = [entry[3] for entry in json.loads(path.read_bytes()[16:16 + length])["arrays"]]
+    assert all(o % memory_lists.ALIGN == 0 for o in offsets)
 
 
 @pytest.mark.shared_data
