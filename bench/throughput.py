@@ -221,9 +221,13 @@ def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: l
                short_words: int, baseline: Path | None = None) -> dict:
     """Runs every tool on every stream ``repeat`` times; the best run of each, scored."""
     sys.path.insert(0, str(ROOT / "bench"))
+    from bytecode import compile_tree
     from quality import score
 
     cpu = _cpu()
+    compile_tree(ROOT)  # (as installed: no module compiled again per process)
+    if baseline is not None:
+        compile_tree(baseline)
     envs = {tool: child_env() for tool in tools}
     if baseline is not None:
         tools = [*tools, f"stream-dedup@{_rev(baseline)}"]
