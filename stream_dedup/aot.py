@@ -63,6 +63,10 @@ def _warm_up() -> None:
     keys = table.keys(np.arange(24, dtype=np.uint16).reshape(4, 6))
     table.add(keys, np.arange(4, dtype=np.uint32))
     table.remove(keys[0], 0)
+    # equal_counts is off the engine's path (Index.screen compares in its own pass): built for the
+    # jit tests, whose small example kernel it is (tests/engine/test_jit.py)
+    from .kernels import equal_counts
+    equal_counts(np.arange(8, dtype=np.uint16), np.arange(4, dtype=np.uint16))
     tables = PermutedTables()
     simhash = SimhashTable(tables.key_masks, slots=4)  # growth, rehash, removal
     simhash.add_many(tables.permute_many(np.arange(3, dtype=np.uint64)), np.arange(3, dtype=np.uint32))

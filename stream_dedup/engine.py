@@ -98,6 +98,8 @@ class Deduplicator:
         # read per candidate, where bbit_jaccard on each candidate array cost four numpy calls
         self._jaccard_of = bbit_jaccard(np.arange(c.num_perm + 1), c.num_perm, SIGNATURE_BITS).tolist()
         self._jaccard4_of = [round(j, 4) for j in self._jaccard_of]  # as reported (4 decimals), looked up too
+        self._jaccard_array = np.array(self._jaccard_of, dtype=np.float64)  # (the same floats, for the screen)
+        self._screen_rules = self._rules()
 
     # -- public API -------------------------------------------------------------------------
     def fingerprint(self, article: Article) -> Fingerprint:
@@ -340,22 +342,17 @@ class Deduplicator:
         if not seqs:
             return Decision(id=article_id, type="new")
         c = self.config
-        found, agree, headers, raw = view.compare(seqs, sig)
+        n = fp.n_shingles
+        found, raw, agree_list, stored_ns, hams, may_pass = self._screen(view, seqs, sig, fp.simhash, n)
         if not found:
             return Decision(id=article_id, type="new", candidates=len(seqs))
-        n = fp.n_shingles
         new_short = self.is_short_text(n)
         short_low, short_high = self._short_range  # is_short_text(stored_n) is short_low < stored_n < short_high
         check_identity = c.identity_threshold > 0 and fp.identity.shape[0] >= c.identity_min_tokens
         # decisions compare the estimates as they are reported (4 decimals): the b-bit correction
         # (1.5e-5 at 16 bits) then leaves an estimate of exactly 64/128 at 0.5, as it was with 32 bits
         jaccard_of = self._jaccard_of  # bbit_jaccard(agree, c.num_perm, SIGNATURE_BITS), looked up
-        agree_list = agree.tolist()
-        jaccards = [jaccard_of[k] for k in agree_list]
-        stored_ns = [h[2] for h in headers]
-        hams = [(fp.simhash ^ h[1]).bit_count() for h in headers]  # simhash.hamming, inlined
         shared_of = passage.shared if passage is not None else {}
-        may_pass = self._may_pass(jaccards, n, stored_ns, hams)
         if shared_of:  # and the candidates sharing anchors (containment measured on them can be anything)
             may_pass = sorted(set(may_pass).union(i for i, s in enumerate(found) if shared_of.get(s, 0)))
         # the share of the new article's passages that are boilerplate (anchors held by many articles)
@@ -372,7 +369,7 @@ class Deduplicator:
         containment_of = self._containment
         passing: list[tuple] = []  # (key, i, j, cont, ham, hits, direction) of the candidates that pass
         for i in may_pass:
-            j_raw, stored_n, ham = jaccards[i], stored_ns[i], hams[i]
+            j_raw, stored_n, ham = jaccard_of[agree_list[i]], stored_ns[i], hams[i]
             j = jaccard4_of[agree_list[i]]  # round(j_raw, 4)
             if new_short or short_low < stored_n < short_high:  # short texts: a MinHash match of its own threshold only
                 hits, cont, direction = (short_jaccard is not None and j >= short_jaccard, False, False, False), \
@@ -424,6 +421,23 @@ class Deduplicator:
         return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=j,
                         method=methods[0], hamming_distance=ham, containment=cont,
                         matched_id=matched_id, methods=methods, candidates=len(found), direction=direction)
+
+    def _screen(self, view: BatchView, seqs: list[int], sig: np.ndarray, simhash: int, n: int
+                ) -> tuple[list[int], list[bytes], list[int], list[int], list[int], list[int]]:
+        """The candidates ``seqs`` screened in one compiled pass (:meth:`BatchView.screen`): the seqs
+        still indexed, their raw records, per candidate the agreeing signature rows, shingle count and
+        SimHash distance, and the indices :meth:`_may_pass` keeps (the kernel computes the same)."""
+        return view.screen(seqs, sig, simhash, n, self._jaccard_array, self._screen_rules)
+
+    def _rules(self) -> np.ndarray:
+        """The thresholds of :meth:`_may_pass`, lowered by the margin, for the compiled screen
+        (:func:`~stream_dedup.kernels.screen_candidates`): computed once, the config being fixed."""
+        c = self.config
+        low = MAY_PASS_MARGIN
+        return np.array([min(c.jaccard_threshold, c.short_text_jaccard) - low, c.simhash_min_jaccard - low,
+                         c.simhash_k, c.containment_threshold - low,
+                         c.rewrite_jaccard - low if c.rewrite_jaccard > 0 else 2.0, rewrite.MIN_LENGTH - low],
+                        dtype=np.float64)
 
     def _may_pass(self, jaccards: list[float], n: int, stored_ns: list[int], hams: list[int]) -> list[int]:
         """The candidates (indices) a text rule of :meth:`_verify` may pass: a superset of those it

@@ -76,7 +76,7 @@ from .index_record import (
     stored_signature,
 )
 from .jit import trusted
-from .kernels import equal_counts
+from .kernels import screen_candidates
 from .list_table import MemberLists
 from .passages import DELETE_PREFIX, NO_ANCHORS, PASSAGES, anchors_of
 from .simhash import PermutedTables
@@ -144,6 +144,7 @@ class Index:
         self.snapshot_on_close = True  # write the lists' snapshot at close (not for a throwaway index)
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
+        self._head_size = _RECORD.size + _SIG_DTYPE.itemsize * num_perm  # (a record's fixed-size head: screen)
         self.budget = budget = MemoryBudget(memory)
         opts = self._opts = budget.db_options()
         families = {
@@ -288,15 +289,18 @@ class Index:
         values = self._points.get([b"A" + _u64(s) for s in seqs])
         return [_unpack_record(s, v, self.num_perm) for s, v in zip(seqs, values, strict=True) if v is not None]
 
-    def compare(self, seqs: list[int], minhash: np.ndarray,
-                values: list[bytes | None] | None = None) -> tuple[list[int], np.ndarray, list[tuple], list[bytes]]:
-        """Candidates' agreement with ``minhash`` without decoding whole records.
+    def screen(self, seqs: list[int], minhash: np.ndarray, simhash: int, n_shingles: int, jaccard_of: np.ndarray,
+               rules: np.ndarray, values: list[bytes | None] | None = None
+               ) -> tuple[list[int], list[bytes], list[int], list[int], list[int], list[int]]:
+        """The candidates ``seqs`` of an article (its signature ``minhash``, or its
+        :func:`stored_signature`; its SimHash and shingle count) screened in one compiled pass over
+        their record heads (:func:`~stream_dedup.kernels.screen_candidates`), without decoding whole records.
 
-        ``minhash`` is the full signature or its :func:`stored_signature` (compared without a copy).
-
-        Returns the seqs still indexed, per candidate the number of equal signature rows, its record
-        header ``(first_seen, simhash, n_shingles, flags, exact)``, and the raw records (read the ids
-        of one with :meth:`ids`). ``values``: the records of ``seqs`` if the caller has read them.
+        Returns the seqs still indexed, their raw records (read the ids of one with :meth:`ids`),
+        and per candidate the number of equal signature rows, its shingle count, the Hamming
+        distance of its SimHash, then the indices of those a text rule may pass (``jaccard_of`` and
+        ``rules``: :meth:`Deduplicator._screen_rules`). ``values``: the records of ``seqs`` if the
+        caller has read them.
         """
         if values is None:
             values = self._points.get([b"A" + _u64(s) for s in seqs])
@@ -304,14 +308,14 @@ class Index:
             found = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
             seqs, values = [s for s, _ in found], [v for _, v in found]
         if not values:
-            return [], np.zeros(0, dtype=np.int64), [], []
-        start, end = _RECORD.size, _RECORD.size + _SIG_DTYPE.itemsize * self.num_perm
+            return [], [], [], [], [], []
         raw = values
-        # compare the stored big-endian rows as native words with the query in the same byte order
-        sigs = np.frombuffer(b"".join([v[start:end] for v in raw]), dtype=np.uint16)
-        agree = _equal_counts(sigs, stored_signature(minhash).view(np.uint16))
-        unpack = _RECORD.unpack_from
-        return seqs, agree, [unpack(v) for v in raw], raw
+        size = self._head_size
+        heads = np.frombuffer(b"".join([v[:size] for v in raw]), dtype=np.uint8)
+        query = stored_signature(minhash).view(np.uint8)
+        table, may = _screen(heads, size, _RECORD.size, query, np.uint64(simhash), n_shingles, jaccard_of, rules)
+        agree, ns, hams = table.tolist()
+        return seqs, raw, agree, ns, hams, may.tolist()
 
     def ids(self, value: bytes) -> tuple[str, str]:
         """(article id, cluster root id) of a raw record."""
@@ -527,4 +531,4 @@ def _families_of(path: Path) -> list[str]:
     return Rdict.list_cf(str(path), Options(raw_mode=True))
 
 
-_equal_counts = trusted(equal_counts)  # both uint16[...] made in Index.compare (jit.trusted)
+_screen = trusted(screen_candidates)  # the arrays made in Index.screen and Deduplicator (jit.trusted)

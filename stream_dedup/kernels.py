@@ -413,7 +413,8 @@ def permute_rows(fps, src, mask, dst):
 @kernel
 def equal_counts(rows, query):
     """``out[i]`` = how many ``j`` have ``rows[i * n + j] == query[j]`` (``n = len(query)``): the
-    agreeing MinHash rows of each stored signature in the flat array ``rows``."""
+    agreeing MinHash rows of each stored signature in the flat array ``rows`` (the engine counts
+    them in :func:`screen_candidates`; this one is the jit tests' example kernel)."""
     n = query.shape[0]
     out = np.zeros(rows.shape[0] // n, dtype=np.int64)
     for i in range(out.shape[0]):
@@ -422,6 +423,73 @@ def equal_counts(rows, query):
             c += rows[i * n + j] == query[j]
         out[i] = c
     return out
+
+
+_M1 = np.uint64(0x5555555555555555)
+_M2 = np.uint64(0x3333333333333333)
+_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+_H01 = np.uint64(0x0101010101010101)
+
+
+@kernel
+def screen_candidates(heads, size, sig_at, query, simhash, n, jaccard_of, rules):
+    """One pass over the candidates of a verification, from their records' fixed-size heads.
+
+    ``heads`` holds ``m`` heads of ``size`` bytes each (:mod:`stream_dedup.index_record`: the
+    big-endian SimHash at byte 8, the shingle count at 16, the 16-bit signature rows at ``sig_at``);
+    ``query`` the bytes of the new article's stored signature. Per candidate: the signature rows
+    equal to the query's, its shingle count, the Hamming distance of its SimHash to ``simhash``,
+    and whether a text rule may pass it (:meth:`Deduplicator._may_pass`, the same float operations
+    in the same order, so the same answer): with ``j = jaccard_of[agree]`` and ``rules`` = (the
+    lowest Jaccard of the minhash and short-text rules, the SimHash rule's Jaccard, ``simhash_k``,
+    the containment threshold, the rewrite rule's Jaccard, the rewrite rule's length ratio), each
+    already lowered by the margin, it may pass if ``j`` reaches the first, or the SimHash rule's
+    (within ``simhash_k`` bits), or ``|A∩B| / min(|A|, |B|)`` reaches the containment threshold,
+    or ``j`` the rewrite rule's with the lengths within its ratio.
+
+    Returns int64[3, m] (the agreeing rows, the shingle counts, the Hamming distances) and the
+    indices of the candidates that may pass, in order (one ``tolist`` each for the caller).
+    """
+    m = heads.shape[0] // size
+    rows = query.shape[0] // 2
+    out = np.empty((3, m), dtype=np.int64)  # agreeing rows, shingle counts, Hamming distances
+    may = np.empty(m, dtype=np.int64)
+    kept = 0
+    any_rule, simhash_rule, k, contained, rewrite_rule, length = rules[0], rules[1], rules[2], rules[3], rules[4], rules[5]
+    for i in range(m):
+        at = i * size
+        s = np.uint64(0)
+        for b in range(8):
+            s = (s << np.uint64(8)) | np.uint64(heads[at + 8 + b])
+        stored_n = 0
+        for b in range(4):
+            stored_n = (stored_n << 8) | np.int64(heads[at + 16 + b])
+        x = s ^ simhash
+        x = x - ((x >> np.uint64(1)) & _M1)
+        x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
+        x = (x + (x >> np.uint64(4))) & _M4
+        ham = np.int64((x * _H01) >> np.uint64(56))
+        c = 0
+        p = at + sig_at
+        for r in range(rows):
+            if heads[p] == query[2 * r] and heads[p + 1] == query[2 * r + 1]:
+                c += 1
+            p += 2
+        out[0, i], out[1, i], out[2, i] = c, stored_n, ham
+        j = jaccard_of[c]
+        if j >= any_rule or (ham <= k and j >= simhash_rule):
+            may[kept] = i
+            kept += 1
+            continue
+        if n <= stored_n:
+            shorter, longer = n, stored_n
+        else:
+            shorter, longer = stored_n, n
+        if j * (n + stored_n) >= contained * (shorter if shorter else 1) * (1.0 + j) \
+                or (j >= rewrite_rule and shorter >= length * (longer if longer else 1)):
+            may[kept] = i
+            kept += 1
+    return out, may[:kept]
 
 
 @kernel

@@ -459,6 +459,44 @@ def test_may_pass_keeps_every_candidate_a_text_rule_passes(tmp_path: Path, chang
         assert d._may_pass([0.1, 0.6], 40, [40, 40], [20, 20]) == [1]
 
 
+@pytest.mark.parametrize("changes", [{}, {"short_text_jaccard": 1.0}, {"rewrite_jaccard": 0.0},
+                                     {"jaccard_threshold": 0.7, "simhash_k": 2, "containment_threshold": 0.6}])
+def test_the_compiled_screen_keeps_what_may_pass_keeps(tmp_path: Path, changes: dict) -> None:
+    """Index.screen (one compiled pass over the candidates' record heads) gives, from the records'
+    bytes, the agreeing rows, shingle counts and SimHash distances, and exactly the candidates
+    Deduplicator._may_pass keeps: every agreement count 128 rows can give, sizes and SimHash values
+    at random (the floats compared in the same order, so estimates on a threshold fall the same way)."""
+    from stream_dedup.memory_lists import _record_heads
+
+    config = EngineConfig(**changes)
+    rng = np.random.default_rng(29)
+    with Deduplicator(config, tmp_path / "state") as d:
+        heads = _record_heads(config.num_perm)
+        query = rng.integers(0, 1 << 16, config.num_perm).astype(">u2")
+        agrees = list(range(config.num_perm + 1))
+        for n in [1, 5, 8, 20, 40, 61, 200, *rng.integers(1, 400, 12).tolist()]:
+            simhash = int(rng.integers(0, 1 << 63)) * 2 + 1
+            rows = np.zeros(len(agrees), dtype=heads)
+            stored_ns = rng.integers(1, 400, len(agrees))
+            stored_ns[:3] = [n, 1, max(1, int(n * 0.71))]
+            flips = rng.integers(0, 2 * config.simhash_k + 3, len(agrees))
+            rows["n_shingles"] = stored_ns
+            for i, a in enumerate(agrees):
+                sig = query.copy()
+                sig[a:] ^= np.uint16(0x5A5A)  # rows a.. differ
+                rows["sig"][i] = sig
+                bits = rng.choice(64, int(flips[i]), replace=False)
+                rows["simhash"][i] = simhash ^ sum(1 << int(b) for b in bits)
+            records = [r.tobytes() + b"rest of the record" for r in rows]
+            found, raw, agree, ns, hams, may = d.index.screen(list(range(len(records))), query, simhash, n,
+                                                              d._jaccard_array, d._screen_rules, records)
+            assert found == list(range(len(records))) and raw == records
+            assert agree == agrees and ns == stored_ns.tolist() and hams == flips.tolist()
+            jaccards = [d._jaccard_of[a] for a in agrees]
+            assert may == d._may_pass(jaccards, n, ns, hams)
+            assert 0 < len(may) < len(agrees)
+
+
 @pytest.mark.shared_data
 def test_prefilter_changes_no_decision_on_short_items(shared_stream, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
@@ -473,6 +511,12 @@ def test_prefilter_changes_no_decision_on_short_items(shared_stream, tmp_path: P
             return [d.process(article_from_object(rec, config), now=1000.0).to_event() for rec in records]
 
     filtered = decide("filtered")
-    monkeypatch.setattr(Deduplicator, "_may_pass", lambda self, jaccards, *_: list(range(len(jaccards))))
+    screen = Deduplicator._screen
+
+    def every(self, *args):
+        found, raw, agree, ns, hams, _ = screen(self, *args)
+        return found, raw, agree, ns, hams, list(range(len(found)))
+
+    monkeypatch.setattr(Deduplicator, "_screen", every)
     assert decide("every") == filtered
     assert sum(e["type"] == "duplicate-of" for e in filtered) > 100
