@@ -449,8 +449,11 @@ class Deduplicator:
         rewrite rule's Jaccard band and lengths within ``rewrite.MIN_LENGTH``; for containment,
         ``|A∩B| / min(|A|, |B|)`` (the larger of the two directions; discounting boilerplate only
         lowers it) at least the threshold. Candidates sharing passage anchors (containment measured
-        on anchors) are the caller's to add. A Python loop, not numpy: for ~10-20 candidates numpy's
-        per-call overhead costs more (timeit, 22 candidates: 8 us against 20 us).
+        on anchors) are the caller's to add.
+
+        The reference of the compiled screen (:func:`~stream_dedup.kernels.screen_candidates`, the
+        thresholds of :meth:`_rules`), which :meth:`_verify` uses: the kernel does these float
+        operations in the same order, and ``tests/engine/test_engine.py`` compares the two.
         """
         c = self.config
         low = MAY_PASS_MARGIN
