@@ -8,6 +8,9 @@ tests compare it with bit for bit:
 * :func:`permute_blocks`: a SimHash rearranged for every permuted table (twin:
   :meth:`stream_dedup.simhash.PermutedTables.permute`).
 * :func:`equal_counts`: agreeing rows of stored signatures (twin: numpy ``==`` and ``sum``).
+* :func:`screen_candidates`: a verification's candidates in one pass over their record heads:
+  agreeing rows, shingle counts, SimHash distances and which may pass a text rule (twin:
+  :meth:`stream_dedup.engine.Deduplicator._may_pass` and ``equal_counts``).
 * :func:`sketch`: word k-shingle hashes (see :mod:`stream_dedup.hashing`), their distinct values,
   the exact MinHash minima (see :mod:`stream_dedup.minhash`) and the SimHash (see
   :mod:`stream_dedup.simhash`), in one call.
