@@ -312,7 +312,7 @@ class Index:
         raw = values
         size = self._head_size
         heads = np.frombuffer(b"".join([v[:size] for v in raw]), dtype=np.uint8)
-        query = stored_signature(minhash).view(np.uint8)
+        query = np.ascontiguousarray(stored_signature(minhash)).view(np.uint8)
         table, may = _screen(heads, size, _RECORD.size, query, np.uint64(simhash), n_shingles, jaccard_of, rules)
         agree, ns, hams = table.tolist()
         return seqs, raw, agree, ns, hams, may.tolist()
