@@ -187,8 +187,9 @@ class BatchView:
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
-        """:meth:`Index.insert` into the batch: the article gets the next seq and is filed in the
-        lists at once (the next article's lookup finds it); its writes wait for :meth:`commit`."""
+        """Index an article in the batch (the keyword arguments of :meth:`Index.article_entries`): it
+        gets the next seq and is filed in the lists at once (the next article's lookup finds it);
+        its writes wait for :meth:`commit` (:meth:`Index.insert` is a batch of one)."""
         seq = self.index.check_seq(self.next_seq)
         self.next_seq, self.count = seq + 1, self.count + 1
         self._put(self.index.article_entries(seq, **article, id_key=self.id_key(article["article_id"])))

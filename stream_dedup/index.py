@@ -346,26 +346,18 @@ class Index:
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
         """Index one article in one atomic write: :meth:`article_entries` (its keyword arguments),
-        the index state, and the ``checkpoint`` and ``receipt`` marks (see :meth:`mark`)."""
-        lists = self.lists()  # loaded or built before the write: not from this article
-        seq = self.take_seq()
-        entries = self.article_entries(seq, **article)
-        entries.append(self.state_entry())
-        entries += self.mark_entries(checkpoint, receipt, False)
-        self.lists_behind = True
-        self.write(entries)
-        if article["index_sketches"]:
-            lists.buckets.file([(article["bucket_keys"], seq)])
-            lists.simhash.add(np.asarray(article["permuted"], dtype=np.uint64), seq)
-        lists.passages.file([(article.get("postings", (NO_ANCHORS, b""))[0], seq)])
-        self.lists_behind = False
-        return seq
+        the index state, and the ``checkpoint`` and ``receipt`` marks (see :meth:`mark`); filed in
+        the in-memory lists. A batch of one (:class:`~stream_dedup.batch.BatchView`, as the engine
+        writes): a write that raises takes the article out of the lists again."""
+        from .batch import BatchView
 
-    def take_seq(self) -> int:
-        """Number the next article (the index state counts it; written by the caller's next write)."""
-        seq = self.check_seq(self.next_seq)
-        self.next_seq = seq + 1
-        self.count += 1
+        view = BatchView(self)
+        try:
+            seq = view.insert(checkpoint=checkpoint, receipt=receipt, **article)
+            view.commit()
+        except BaseException:
+            view.rollback()
+            raise
         return seq
 
     def check_seq(self, seq: int) -> int:
