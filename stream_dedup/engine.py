@@ -430,14 +430,15 @@ class Deduplicator:
         return view.screen(seqs, sig, simhash, n, self._jaccard_array, self._screen_rules)
 
     def _rules(self) -> np.ndarray:
-        """The thresholds of :meth:`_may_pass`, lowered by the margin, for the compiled screen
-        (:func:`~stream_dedup.kernels.screen_candidates`): computed once, the config being fixed."""
+        """The thresholds of :meth:`_may_pass` and of the compiled screen
+        (:func:`~stream_dedup.kernels.screen_candidates`), lowered by the margin: computed once, the
+        config being fixed, so that the two read the same values."""
         c = self.config
         low = MAY_PASS_MARGIN
-        return np.array([min(c.jaccard_threshold, c.short_text_jaccard) - low, c.simhash_min_jaccard - low,
-                         c.simhash_k, c.containment_threshold - low,
-                         c.rewrite_jaccard - low if c.rewrite_jaccard > 0 else 2.0, rewrite.MIN_LENGTH - low],
-                        dtype=np.float64)
+        return np.array([min(c.jaccard_threshold, c.short_text_jaccard) - low,  # minhash, short texts
+                         c.simhash_min_jaccard - low, c.simhash_k, c.containment_threshold - low,
+                         c.rewrite_jaccard - low if c.rewrite_jaccard > 0 else 2.0,  # 2: above any estimate (no rule)
+                         rewrite.MIN_LENGTH - low], dtype=np.float64)
 
     def _may_pass(self, jaccards: list[float], n: int, stored_ns: list[int], hams: list[int]) -> list[int]:
         """The candidates (indices) a text rule of :meth:`_verify` may pass: a superset of those it
@@ -455,12 +456,7 @@ class Deduplicator:
         thresholds of :meth:`_rules`), which :meth:`_verify` uses: the kernel does these float
         operations in the same order, and ``tests/engine/test_engine.py`` compares the two.
         """
-        c = self.config
-        low = MAY_PASS_MARGIN
-        any_rule = min(c.jaccard_threshold, c.short_text_jaccard) - low  # minhash, short texts
-        simhash_rule = c.simhash_min_jaccard - low
-        rewrite_rule = c.rewrite_jaccard - low if c.rewrite_jaccard > 0 else 2.0  # 2: above any estimate (no rule)
-        contained, length, k = c.containment_threshold - low, rewrite.MIN_LENGTH - low, c.simhash_k
+        any_rule, simhash_rule, k, contained, rewrite_rule, length = self._screen_rules.tolist()  # (_rules)
         may = []
         for i, (j, stored_n, ham) in enumerate(zip(jaccards, stored_ns, hams, strict=True)):
             if j >= any_rule or (ham <= k and j >= simhash_rule):

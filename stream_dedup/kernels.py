@@ -428,10 +428,13 @@ def equal_counts(rows, query):
     return out
 
 
-_M1 = np.uint64(0x5555555555555555)
-_M2 = np.uint64(0x3333333333333333)
-_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_H01 = np.uint64(0x0101010101010101)
+@inline
+def popcount(x):
+    """The number of set bits of a uint64 (SWAR); also :mod:`stream_dedup.simhash_table`'s."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
 
 
 @kernel
@@ -467,11 +470,7 @@ def screen_candidates(heads, size, sig_at, query, simhash, n, jaccard_of, rules)
         stored_n = 0
         for b in range(4):
             stored_n = (stored_n << 8) | np.int64(heads[at + 16 + b])
-        x = s ^ simhash
-        x = x - ((x >> np.uint64(1)) & _M1)
-        x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
-        x = (x + (x >> np.uint64(4))) & _M4
-        ham = np.int64((x * _H01) >> np.uint64(56))
+        ham = np.int64(popcount(s ^ simhash))
         c = 0
         p = at + sig_at
         for r in range(rows):

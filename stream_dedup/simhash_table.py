@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import inline, kernel, trusted
+from .kernels import popcount
 from .list_table import grown_size
 from .prefault import NextArrays
 
@@ -54,14 +55,6 @@ def _home(key, table, size):
     """The first slot of the run of (``table``, ``key`` bits): a multiplicative hash scaled to ``size``."""
     h = (key ^ (np.uint64(table) * np.uint64(0xD6E8FEB86659FD93))) * np.uint64(0x9E3779B97F4A7C15)
     return np.int64(((h >> np.uint64(32)) * np.uint64(size)) >> np.uint64(32))
-
-
-@inline
-def _popcount(x):
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
 
 
 @inline
@@ -97,7 +90,7 @@ def _probe_run(fps, tags, seqs, t, q, want, mask, max_distance, out, found):
     size = fps.shape[0]
     h = _home(want, t, size)
     while tags[h] != 0:
-        if tags[h] == t + 1 and fps[h] & mask == want and _popcount(fps[h] ^ q) <= max_distance:
+        if tags[h] == t + 1 and fps[h] & mask == want and popcount(fps[h] ^ q) <= max_distance:
             if found == out.shape[0]:
                 grown = np.empty(found * 2, dtype=np.uint32)
                 grown[:found] = out
