@@ -24,8 +24,9 @@ opening such an index drops them (their content is now in memory).
 
 ``seq`` is a dense internal number given in arrival order. The LSH buckets are not in RocksDB: they
 are derived from the records' signatures and kept in a :class:`~stream_dedup.band_table.BandTable`
-(at most ``max_bucket`` members each, the newest kept), loaded from the snapshot written by the last
-close or built from the records when the index is first used after opening (:attr:`Index.buckets`,
+(at most ``max_bucket`` members each, the newest kept), loaded from the latest snapshot (written at
+close and by :meth:`Index.snapshot_lists`) with the articles indexed after it filed again, or built
+from the records, when the index is first used after opening (:attr:`Index.buckets`,
 :mod:`stream_dedup.memory_lists`) and updated after each write that RocksDB accepted, so a crash
 loses nothing that is not rebuilt from the records. The permuted SimHash tables are kept the same
 way (:class:`~stream_dedup.simhash_table.SimhashTable`, rebuilt from the records' SimHash).
@@ -51,6 +52,7 @@ import json
 import logging
 import os
 import struct
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,10 +231,16 @@ class Index:
         return self.lists().simhash
 
     def lists(self) -> memory_lists.Lists:
-        """The in-memory LSH buckets, passage lists and SimHash tables: from the snapshot of the last
-        close if it is this index's, else built from RocksDB (:mod:`stream_dedup.memory_lists`)."""
+        """The in-memory LSH buckets, passage lists and SimHash tables: from the latest snapshot if it
+        is this index's, with the articles indexed after it filed again, else built from RocksDB
+        (:mod:`stream_dedup.memory_lists`); logged with the time it took."""
         if self._lists is None:
-            self._lists = memory_lists.load(self) or memory_lists.build(self)
+            began = time.monotonic()
+            lists = memory_lists.load(self)
+            how = "loaded from their snapshot and brought up to date" if lists is not None else "built from the index"
+            self._lists = lists or memory_lists.build(self)
+            if self.count:
+                log.info("in-memory lists of %d articles %s in %.2f s", self.count, how, time.monotonic() - began)
         return self._lists
 
     def drop_lists(self) -> None:
@@ -240,10 +248,11 @@ class Index:
         self._lists = None
         self.lists_behind = False
 
-    def scan(self, prefix: bytes):
-        """``(key, value)`` of the points family's keys that start with ``prefix``, in key order."""
+    def scan(self, prefix: bytes, start: bytes = b""):
+        """``(key, value)`` of the points family's keys that start with ``prefix``, in key order
+        (from ``prefix + start`` on)."""
         it = self._points.iter(self._ordered_read)
-        it.seek(prefix)
+        it.seek(prefix + start)
         n = len(prefix)
         while it.valid():
             key = it.key()
@@ -467,6 +476,7 @@ class Index:
                 wb.delete(b"X" + art.exact, points)
         self.count -= 1
         wb.put(b"Mstate", _STATE.pack(self.next_seq, self.count))
+        wb.delete(memory_lists.TOKEN_KEY)  # the lists' snapshot holds this article: no longer theirs
         self.lists_behind = True
         self.db.write(wb)
         if art.indexed and len(bucket_keys):
@@ -503,14 +513,25 @@ class Index:
             self.db.get_column_family(name).flush()
         self.db.flush()
 
+    def snapshot_lists(self) -> bool:
+        """Write the in-memory lists' snapshot (:mod:`stream_dedup.memory_lists`) if they are loaded
+        and agree with RocksDB (not in the middle of a batch): a restart after a crash then loads it
+        and files again only the articles indexed after it. True if it was written; an error is
+        logged, not raised (the lists are then built from RocksDB at the next open)."""
+        if self.lists_behind or self._lists is None:
+            return False
+        try:
+            memory_lists.save(self, self._lists)
+        except OSError as exc:
+            log.warning("could not write the in-memory lists' snapshot in %s: %s", self.path, exc)
+            return False
+        return True
+
     def close(self) -> None:
-        """Write the in-memory lists' snapshot (:mod:`stream_dedup.memory_lists`), then close the
-        database; the family handles are dropped too (they keep it open otherwise)."""
-        if self.snapshot_on_close and not self.lists_behind and self._lists is not None:
-            try:
-                memory_lists.save(self, self._lists)
-            except OSError as exc:  # the next open builds them again from RocksDB
-                log.warning("could not write the in-memory lists' snapshot in %s: %s", self.path, exc)
+        """Write the in-memory lists' snapshot (:meth:`snapshot_lists`), then close the database; the
+        family handles are dropped too (they keep it open otherwise)."""
+        if self.snapshot_on_close:
+            self.snapshot_lists()
         self.db.close()
         self._points = self._time = self._receipts = None  # type: ignore[assignment]
         self._cf = {}

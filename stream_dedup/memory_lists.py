@@ -1,4 +1,4 @@
-"""The index's in-memory lists: built from RocksDB, or loaded from the snapshot its last close wrote.
+"""The index's in-memory lists: built from RocksDB, or loaded from the latest snapshot and brought up to date.
 
 The LSH buckets (:class:`~stream_dedup.band_table.BandTable`), the passage lists
 (:class:`~stream_dedup.list_table.MemberLists`) and the permuted SimHash tables
@@ -6,13 +6,20 @@ The LSH buckets (:class:`~stream_dedup.band_table.BandTable`), the passage lists
 from the 16-bit signature rows of the article records (``A`` keys), the SimHash tables from their
 SimHash, the passage lists from the anchors each article joined (``D`` keys). Building them reads
 every such key once: 11-15 s per million articles on the 2-core benchmark machine (README, Scale).
-So closing an index also writes them to one file,
-``memory-lists-3.bin`` in the index directory, and then stores a random token naming that file in
-RocksDB (``Mlists``). Opening loads the file only if RocksDB holds the same token and the same
-article count, and deletes the token before anything else is written (and the file once read): an index that is written
-to and then not closed (a crash, a kill) has no token, and its lists are built again from RocksDB.
-A file without its token is never read. Nothing of the decisions depends on which way the lists
-came: ``tests/engine/test_memory_lists.py`` compares both.
+So a snapshot of them is written to one file, ``memory-lists-3.bin`` in the index directory, when
+the index is closed and, in a long-running process, now and then
+(:meth:`~stream_dedup.index.Index.snapshot_lists`: the worker's ``--lists-snapshot-every``); then a
+random token naming that file is stored in RocksDB (``Mlists``).
+
+Opening loads the file only if RocksDB holds the same token, then files again the articles indexed
+after it (their seqs follow the snapshot's next seq: their records and ``D`` keys are read from
+there on, as a build reads all of them), so a process that was killed restarts from its latest
+snapshot plus what it wrote since, not from the whole index. Articles are only ever added in seq
+order; deleting one (retention, :meth:`~stream_dedup.engine.Deduplicator.remove`) deletes the token
+in the same write, since the snapshot still holds it: the lists are then built from RocksDB until
+the next snapshot. A file without its token is never read, and the token is only written once the
+file is complete and synced. Nothing of the decisions depends on which way the lists came:
+``tests/engine/test_memory_lists.py`` compares them.
 
 The file is the arrays' bytes as they are in memory, each at a 64-byte aligned offset, after a
 JSON header naming them (dtype, shape, offset), the token and the index's fingerprint::
@@ -78,8 +85,18 @@ def build_sketch_tables(index: Index, chunk: int = 8192) -> tuple[BandTable, Sim
     not unpacked one by one: after a crash this is what the first decision waits for."""
     table = BandTable(*index.banding, index.max_bucket)
     simhash = SimhashTable(index.tables.key_masks)
+    file_sketches(index, table, simhash, 0, chunk)
+    return table, simhash
+
+
+def file_sketches(index: Index, table: BandTable, simhash: SimhashTable, start: int, chunk: int = 8192) -> int:
+    """File the articles of seq ``start`` on in ``table`` and ``simhash``, in seq order, as the
+    decisions filed them (those with sketches: not exact copies, empty texts, close near-copies);
+    returns the number of records read."""
     head = _record_heads(index.num_perm)
-    for heads, numbers in _chunks(index, b"A", chunk, head.itemsize):
+    read = 0
+    for heads, numbers in _chunks(index, b"A", chunk, head.itemsize, start):
+        read += numbers.shape[0]
         rows = np.frombuffer(b"".join(heads), dtype=head)
         keep = ((rows["flags"] & FLAG_INDEXED) != 0) & (rows["n_shingles"] > 0)
         if not keep.all():
@@ -87,7 +104,7 @@ def build_sketch_tables(index: Index, chunk: int = 8192) -> tuple[BandTable, Sim
         if rows.shape[0]:
             table.add(table.keys(rows["sig"]), numbers)
             simhash.add_many(index.tables.permute_many(rows["simhash"].astype(np.uint64)), numbers)
-    return table, simhash
+    return read
 
 
 def _record_heads(num_perm: int) -> np.dtype:
@@ -103,17 +120,24 @@ def build_passage_lists(index: Index, chunk: int = 4096) -> MemberLists:
     """The passage lists: each article in the lists its ``D`` key names, in seq order (a chunk of
     ``D`` values converted as one array: :func:`~stream_dedup.passages.anchors_of` of their bytes)."""
     lists = MemberLists(UNCAPPED)  # the engine stops adding at --passage-common-docs
-    for values, numbers in _chunks(index, DELETE_PREFIX, chunk):
-        lists.add_entries(anchors_of(b"".join(values)), np.repeat(numbers, [len(v) // ANCHOR_BYTES for v in values]))
+    file_passages(index, lists, 0, chunk)
     return lists
 
 
-def _chunks(index: Index, prefix: bytes, chunk: int, size: int | None = None) -> Iterator[tuple[list[bytes], np.ndarray]]:
-    """The values of the keys ``prefix`` + seq (8 bytes), in seq order, ``chunk`` at a time (each cut to
-    its first ``size`` bytes if given), with their seqs (uint32: they fit, :meth:`Index.check_seq`)."""
+def file_passages(index: Index, lists: MemberLists, start: int, chunk: int = 4096) -> None:
+    """File the articles of seq ``start`` on in the passage lists their ``D`` keys name, in seq order."""
+    for values, numbers in _chunks(index, DELETE_PREFIX, chunk, None, start):
+        lists.add_entries(anchors_of(b"".join(values)), np.repeat(numbers, [len(v) // ANCHOR_BYTES for v in values]))
+
+
+def _chunks(index: Index, prefix: bytes, chunk: int, size: int | None = None,
+            start: int = 0) -> Iterator[tuple[list[bytes], np.ndarray]]:
+    """The values of the keys ``prefix`` + seq (8 bytes), in seq order from ``start``, ``chunk`` at a
+    time (each cut to its first ``size`` bytes if given), with their seqs (uint32: they fit,
+    :meth:`Index.check_seq`)."""
     values: list[bytes] = []
     seqs: list[bytes] = []
-    for key, value in index.scan(prefix):
+    for key, value in index.scan(prefix, start.to_bytes(8, "big") if start else b""):
         values.append(value if size is None else value[:size])
         seqs.append(key[1:9])
         if len(values) == chunk:
@@ -135,41 +159,60 @@ def _parts(lists: Lists) -> list[tuple[str, object, tuple[str, ...]]]:
 
 
 def load(index: Index) -> Lists | None:
-    """The lists of the snapshot the index's last close wrote, if it is that one; the token is
-    dropped either way (the index is about to change)."""
+    """The lists of the latest snapshot if RocksDB names it, with the articles indexed after it filed
+    again (see the module doc); None if there is none to use (the token and the file are then
+    dropped: the lists are built from RocksDB, and the next snapshot replaces them)."""
     _drop_older_files(index)
     token = index.db.get(TOKEN_KEY)
     if token is None:
         return None
-    index.db.delete(TOKEN_KEY)
     path = Path(index.path) / SNAPSHOT_FILE
+    lists = None
     try:
-        arrays = _read(path, token, _fingerprint(index))
-        if arrays is None:
-            return None
-        lists = Lists(BandTable(*index.banding, index.max_bucket, slots=1, nodes=1),
-                      MemberLists(UNCAPPED, slots=1, nodes=1), SimhashTable(index.tables.key_masks, slots=1))
-        for prefix, table, names in _parts(lists):
-            for name in names:
-                setattr(table, name, arrays[prefix + name])
-            table.loaded()
+        lists = _load(index, path, token)
     except (OSError, KeyError, ValueError, TypeError):  # a torn or foreign file: build them from RocksDB
-        return None
+        lists = None
     finally:
-        path.unlink(missing_ok=True)  # read once: the next close writes a new one (no stale copy on disk)
+        if lists is None:
+            index.db.delete(TOKEN_KEY)
+            path.unlink(missing_ok=True)
     return lists
 
 
-def _read(path: Path, token: bytes, fingerprint: list[int]) -> dict[str, np.ndarray] | None:
-    """The arrays of the snapshot at ``path`` if it is the one ``token`` and ``fingerprint`` name, else None."""
+def _load(index: Index, path: Path, token: bytes) -> Lists | None:
+    found = _read(path, token)
+    if found is None:
+        return None
+    shape, arrays = found
+    count, next_seq = shape[:2]
+    # the same bucket shape, and since the snapshot only articles added (each one seq, none deleted:
+    # a delete drops the token)
+    if shape[2:] != _fingerprint(index)[2:] or next_seq > index.next_seq \
+            or index.count - count != index.next_seq - next_seq:
+        return None
+    lists = Lists(BandTable(*index.banding, index.max_bucket, slots=1, nodes=1),
+                  MemberLists(UNCAPPED, slots=1, nodes=1), SimhashTable(index.tables.key_masks, slots=1))
+    for prefix, table, names in _parts(lists):
+        for name in names:
+            setattr(table, name, arrays[prefix + name])
+        table.loaded()
+    if next_seq < index.next_seq:  # written since: filed again, in seq order, as the decisions did
+        if file_sketches(index, lists.buckets, lists.simhash, next_seq) != index.next_seq - next_seq:
+            return None
+        file_passages(index, lists.passages, next_seq)
+    return lists
+
+
+def _read(path: Path, token: bytes) -> tuple[list[int], dict[str, np.ndarray]] | None:
+    """The index shape (:func:`_fingerprint` when it was written) and the arrays of the snapshot at
+    ``path`` if it is the one ``token`` names, else None."""
     with open(path, "rb", buffering=0) as f:
         if f.read(len(MAGIC)) != MAGIC:
             return None
         length = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(length))
         base = _aligned(len(MAGIC) + 8 + length)
-        if bytes.fromhex(header["token"]) != token or header["index"] != fingerprint \
-                or os.fstat(f.fileno()).st_size != base + header["size"]:
+        if bytes.fromhex(header["token"]) != token or os.fstat(f.fileno()).st_size != base + header["size"]:
             return None
         arrays = {}
         for name, dtype, shape, offset in header["arrays"]:
@@ -185,7 +228,7 @@ def _read(path: Path, token: bytes, fingerprint: list[int]) -> dict[str, np.ndar
                     return None
                 done += n
             arrays[name] = array
-    return arrays
+    return [int(x) for x in header["index"]], arrays
 
 
 def save(index: Index, lists: Lists) -> None:

@@ -71,6 +71,13 @@ class Metrics:
             "stream_dedup_receipt_sweeps", "Decision stage: sweeps that dropped the delivery receipts of input "
             "records stage 1 can no longer send twice (keeps the index from growing by ~40 B per record).",
             registry=r)
+        self.lists_snapshots = Counter(
+            "stream_dedup_lists_snapshots", "Decision stage: snapshots of the index's in-memory lists written "
+            "(every --lists-snapshot-every seconds, between transactions): a restart after a crash loads the "
+            "latest and files again only the articles indexed since.", registry=r)
+        self.lists_snapshot_seconds = Gauge(
+            "stream_dedup_lists_snapshot_seconds", "Decision stage: how long the last snapshot of the in-memory "
+            "lists took to write (the stage decides nothing meanwhile).", registry=r)
         self.decision_stage_restarts = Counter(
             "stream_dedup_decision_stage_restarts", "Times the worker restarted its decision stage process "
             "(it exited: a crash, or a fatal Kafka client error such as a fenced consumer).", registry=r)

@@ -116,7 +116,8 @@ class DecisionStage(DecisionHealth):
         self.fatal: str | None = None
         self.client_fatal: str | None = None  # a fatal librdkafka error: this consumer is unusable
         self.sweep = ReceiptSweep(service)
-        self.upkeep = IndexUpkeep(self.dedup, self.metrics, self.sweep, engine.retention)
+        self.upkeep = IndexUpkeep(self.dedup, self.metrics, self.sweep, engine.retention,
+                                  snapshot_every=service.lists_snapshot_every)
         # a standby that follows the owner sweeps its receipts too (:mod:`.follower`)
         self.probe = BrokerProbe(service, self.client_conf, self._stop, self.sweep,
                                  lambda: self.owned or self.follower is not None)

@@ -4,6 +4,8 @@
   can no longer send again are dropped;
 * retention (``--retention``): articles older than the window are evicted every
   :data:`EVICT_INTERVAL` seconds;
+* the snapshot of the index's in-memory lists (``--lists-snapshot-every``): a restart after a
+  crash loads it and files again only the articles indexed since (:mod:`stream_dedup.memory_lists`);
 * the gauges (every :data:`GAUGE_INTERVAL` seconds): articles in the index, its bytes on disk,
   its memory, and the signatures partition's lag behind the committed offset.
 
@@ -34,9 +36,10 @@ class IndexUpkeep:
     """What the decision stage does to its index now and then (:meth:`run` after each loop turn)."""
 
     def __init__(self, dedup: Any, metrics: Metrics, sweep: ReceiptSweep, retention: float | None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, snapshot_every: float | None = None) -> None:
         self.dedup, self.metrics, self.sweep, self.retention, self.clock = dedup, metrics, sweep, retention, clock
-        self._last_evict = clock()
+        self.snapshot_every = snapshot_every
+        self._last_evict = self._last_snapshot = clock()
         self._last_gauges = 0.0
 
     def run(self, committed: int | None, end_offset: Callable[[], int | None] | None, topic: str) -> None:
@@ -52,6 +55,9 @@ class IndexUpkeep:
             if n:
                 self.metrics.evictions.inc(n)
                 log.info("evicted %d articles older than the retention window", n)
+        if self.snapshot_every and now - self._last_snapshot >= self.snapshot_every:
+            self._last_snapshot = now
+            self.snapshot()
         if now - self._last_gauges >= GAUGE_INTERVAL:
             self._last_gauges = now
             try:
@@ -63,3 +69,13 @@ class IndexUpkeep:
                     self.metrics.consumer_lag.labels(topic, "0").set(max(0, high - committed))
             except Exception:  # noqa: BLE001 - gauges must never break the stage
                 log.debug("gauges failed", exc_info=True)
+
+    def snapshot(self) -> None:
+        """Write the lists' snapshot now (:meth:`~stream_dedup.index.Index.snapshot_lists`): counted,
+        timed and logged; not written while the lists are not loaded (nothing decided yet)."""
+        began = time.monotonic()
+        if self.dedup.index.snapshot_lists():
+            took = time.monotonic() - began
+            self.metrics.lists_snapshots.inc()
+            self.metrics.lists_snapshot_seconds.set(took)
+            log.info("wrote the snapshot of the index's in-memory lists (%d articles) in %.2f s", len(self.dedup), took)

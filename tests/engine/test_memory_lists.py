@@ -1,6 +1,6 @@
 """stream_dedup.memory_lists: the in-memory lists come back the same whether they are loaded from
-the snapshot of the last close or built again from RocksDB, and a snapshot is used only when the
-index is exactly the one it was written for."""
+the latest snapshot (and brought up to date with the articles indexed after it) or built again from
+RocksDB, and a snapshot is used only for the index it was written for, with nothing deleted since."""
 
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ def test_a_closed_index_reopens_from_its_snapshot_with_the_same_lists(tmp_path: 
     with Deduplicator(EngineConfig(), tmp_path / "a") as d:
         assert d.index.db.get(memory_lists.TOKEN_KEY) is not None
         assert _state(d) == before
-        assert d.index.db.get(memory_lists.TOKEN_KEY) is None  # used once: the index is about to change
-        assert not (tmp_path / "a" / memory_lists.SNAPSHOT_FILE).exists()  # and no stale copy kept on disk
+        # kept: a crash from here on restarts from it and the articles indexed after it
+        assert d.index.db.get(memory_lists.TOKEN_KEY) is not None
+        assert (tmp_path / "a" / memory_lists.SNAPSHOT_FILE).exists()
         loaded = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
     os.remove(tmp_path / "b" / memory_lists.SNAPSHOT_FILE)  # the copy must build them from RocksDB
     with Deduplicator(EngineConfig(), tmp_path / "b") as d:
@@ -48,19 +49,74 @@ def test_a_closed_index_reopens_from_its_snapshot_with_the_same_lists(tmp_path: 
     assert loaded == built and any(e["type"] == "duplicate-of" for e in loaded)
 
 
+def _no_build(index) -> None:
+    raise AssertionError("the lists were built from RocksDB, not loaded from the snapshot")
+
+
 @pytest.mark.shared_data
-def test_an_index_written_after_its_snapshot_builds_its_lists_again(tmp_path: Path, articles) -> None:
-    """A crash (no close) after writes leaves no token: the stale file is not read."""
-    with Deduplicator(EngineConfig(), tmp_path) as d:
-        d.process_batch(articles[:200], now=NOW)
-    d = Deduplicator(EngineConfig(), tmp_path)
-    d.process_batch(articles[200:300], now=NOW)    # the token is gone from here on
+def test_a_crash_after_a_snapshot_restarts_from_it_and_the_articles_indexed_since(
+        tmp_path: Path, articles, monkeypatch) -> None:
+    """A snapshot written while the index runs (:meth:`Index.snapshot_lists`), then more batches,
+    then a crash (no close): the next open loads the snapshot and files the later articles again,
+    and gets exactly the lists the live decisions had; the decisions that follow are those of an
+    index whose lists were built from RocksDB."""
+    d = Deduplicator(EngineConfig(), tmp_path / "a")
+    d.process_batch(articles[:200], now=NOW)
+    assert d.index.snapshot_lists()
+    d.process_batch(articles[200:300], now=NOW)
+    d.process_batch(articles[300:400], now=NOW)   # (two batches after it: exact copies and new articles)
     expected = _state(d)
-    d.index.snapshot_on_close = False              # as a crash would: no snapshot written
+    d.index.snapshot_on_close = False              # as a crash would: no snapshot at the end
+    d.close()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    with monkeypatch.context() as m:
+        m.setattr(memory_lists, "build", _no_build)
+        with Deduplicator(EngineConfig(), tmp_path / "a") as d:
+            assert _state(d) == expected
+            loaded = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
+    os.remove(tmp_path / "b" / memory_lists.SNAPSHOT_FILE)
+    with Deduplicator(EngineConfig(), tmp_path / "b") as d:
+        assert _state(d) == expected
+        built = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
+    assert loaded == built and any(e["type"] == "duplicate-of" for e in loaded)
+
+
+@pytest.mark.shared_data
+def test_a_deletion_after_the_snapshot_makes_the_next_open_build_the_lists(tmp_path: Path, articles) -> None:
+    """The snapshot holds every article indexed before it: once one of them is deleted (retention,
+    remove) its token is gone with the same write, and the lists are built from RocksDB."""
+    d = Deduplicator(EngineConfig(), tmp_path)
+    d.process_batch(articles[:200], now=NOW)
+    assert d.index.snapshot_lists() and d.index.db.get(memory_lists.TOKEN_KEY) is not None
+    d.process_batch(articles[200:250], now=NOW)
+    assert d.remove(articles[10].id)
+    assert d.index.db.get(memory_lists.TOKEN_KEY) is None
+    expected = _state(d)
+    d.index.snapshot_on_close = False
     d.close()
     with Deduplicator(EngineConfig(), tmp_path) as d:
-        assert d.index.db.get(memory_lists.TOKEN_KEY) is None
         assert _state(d) == expected
+        assert d.decision_of(articles[10].id) is None
+
+
+@pytest.mark.shared_data
+def test_a_snapshot_ahead_of_the_index_is_not_used(tmp_path: Path, articles) -> None:
+    """A snapshot that holds articles RocksDB does not (its writes lost, e.g. to a power cut after the
+    snapshot's file was synced) is not used, even with its token: the lists are built from RocksDB."""
+    with Deduplicator(EngineConfig(), tmp_path / "a") as d:
+        d.process_batch(articles[:100], now=NOW)
+        d.index.snapshot_on_close = False
+    shutil.copytree(tmp_path / "a", tmp_path / "b")   # the index at 100 articles, no snapshot
+    with Deduplicator(EngineConfig(), tmp_path / "a") as d:
+        d.process_batch(articles[100:200], now=NOW)
+        assert d.index.snapshot_lists()
+        token = d.index.db.get(memory_lists.TOKEN_KEY)
+    shutil.copy(tmp_path / "a" / memory_lists.SNAPSHOT_FILE, tmp_path / "b" / memory_lists.SNAPSHOT_FILE)
+    with Deduplicator(EngineConfig(), tmp_path / "b") as d:
+        d.index.db.put(memory_lists.TOKEN_KEY, token)
+        assert memory_lists.load(d.index) is None
+        assert d.index.db.get(memory_lists.TOKEN_KEY) is None  # dropped with its file
+        assert len(d.index.buckets.as_dict()) > 0 and len(d) == 100
 
 
 def test_a_snapshot_of_another_index_state_is_not_used(tmp_path: Path, textgen) -> None:
@@ -156,14 +212,14 @@ def test_a_snapshot_keeps_every_array_exactly(tmp_path: Path) -> None:
         memory_lists._parts = parts
     token = stored[memory_lists.TOKEN_KEY]
     path = tmp_path / memory_lists.SNAPSHOT_FILE
-    back = memory_lists._read(path, token, memory_lists._fingerprint(index))
-    assert back is not None and set(back) == set(arrays)
+    found = memory_lists._read(path, token)
+    assert found is not None and found[0] == memory_lists._fingerprint(index)
+    back = found[1]
+    assert set(back) == set(arrays)
     for name, array in arrays.items():
         assert back[name].dtype == array.dtype and back[name].shape == array.shape
         assert np.array_equal(back[name], array) and back[name].flags.writeable and back[name].flags.owndata
-    assert memory_lists._read(path, b"x" * 16, memory_lists._fingerprint(index)) is None  # another token
-    index.count = 4
-    assert memory_lists._read(path, token, memory_lists._fingerprint(index)) is None  # another article count
+    assert memory_lists._read(path, b"x" * 16) is None  # another token
     length = int.from_bytes(path.read_bytes()[8:16], "little")
     offsets = [entry[3] for entry in json.loads(path.read_bytes()[16:16 + length])["arrays"]]
     assert all(o % memory_lists.ALIGN == 0 for o in offsets)

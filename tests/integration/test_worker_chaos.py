@@ -79,22 +79,29 @@ def test_sigkill_cycles_lose_and_double_nothing(kio, kafka_topics, worker_topics
     t = worker_topics
     kafka_topics([t.input], partitions=PARTITIONS)
     data_dir = tmp_path / "data"
-    # receipts swept every second: a sweep that dropped one too early shows up as a doubled event
-    w = start_worker(t, name="w0", data_dir=data_dir, batch_size=50, receipt_sweep=1)
+    # receipts swept every second: a sweep that dropped one too early shows up as a doubled event;
+    # the lists' snapshot written every second: a restart loads the latest and files the articles
+    # indexed after it again, and a list that came back wrong shows up as a contradictory decision
+    w = start_worker(t, name="w0", data_dir=data_dir, batch_size=50, receipt_sweep=1, lists_snapshot_every=1)
     w.wait_ready(timeout=90)
     feed = Feed(kio, t.input, traffic(kio, 1200), rate=75)  # ~39 s: the five kills fall inside it
     feed.start()
     rnd = random.Random(7)
+    restarts = []
     for cycle in range(5):
         time.sleep(rnd.uniform(1.5, 3.5))
         assert w.alive(), w.log_tail()
         assert feed.is_alive(), f"the feed ended before kill {cycle + 1}: the kills must fall while records arrive"
         w.signal(signal.SIGKILL)
         w.wait(timeout=30)
-        w = start_worker(t, name=f"w{cycle + 1}", data_dir=data_dir, batch_size=50, receipt_sweep=1)
+        w = start_worker(t, name=f"w{cycle + 1}", data_dir=data_dir, batch_size=50, receipt_sweep=1,
+                         lists_snapshot_every=1)
         w.wait_ready(timeout=90)
+        restarts.append(w)
     feed.join(timeout=120)
     assert_exactly_once(kio, t, feed)
+    loaded = [r.name for r in restarts if "loaded from their snapshot and brought up to date" in r.log_path.read_text()]
+    assert loaded, "no restart loaded the lists from a snapshot written while the worker ran"
     deadline = time.monotonic() + 30
     while (kio.metric_value(kio.http_get(w.url + "/metrics")[1], "stream_dedup_receipt_sweeps_total") or 0) < 1:
         assert time.monotonic() < deadline, "no receipt sweep in 30 s"

@@ -66,3 +66,31 @@ def test_a_failing_gauge_does_not_stop_the_stage() -> None:
     t[0] += GAUGE_INTERVAL
     upkeep.run(None, None, "sig")  # no exception
     assert index.evicted == 0  # no retention configured
+
+
+def test_the_lists_snapshot_is_written_on_its_interval_between_transactions(tmp_path) -> None:
+    """With ``--lists-snapshot-every``, the upkeep writes the lists' snapshot of a real index once the
+    interval has passed (counted and timed on /metrics), and not before it; a crash then restarts
+    from it (tests/engine/test_memory_lists.py)."""
+    from stream_dedup import memory_lists
+    from stream_dedup.config import EngineConfig
+    from stream_dedup.engine import Deduplicator
+    from stream_dedup.record import Article
+
+    t = [0.0]
+    metrics = Metrics()
+    with Deduplicator(EngineConfig(), tmp_path) as dedup:
+        upkeep = IndexUpkeep(dedup, metrics, NoSweep(), retention=None, clock=lambda: t[0], snapshot_every=600.0)
+        upkeep.run(None, None, "sig")
+        dedup.process(Article(id="a", text="one two three four five six seven eight nine ten"), now=1.0)
+        t[0] += 599
+        upkeep.run(None, None, "sig")
+        assert dedup.index.db.get(memory_lists.TOKEN_KEY) is None and _value(metrics.lists_snapshots) == 0
+        t[0] += 1
+        upkeep.run(None, None, "sig")
+        assert dedup.index.db.get(memory_lists.TOKEN_KEY) is not None
+        assert (tmp_path / memory_lists.SNAPSHOT_FILE).exists()
+        assert _value(metrics.lists_snapshots) == 1 and _value(metrics.lists_snapshot_seconds) > 0
+        t[0] += 1
+        upkeep.run(None, None, "sig")
+        assert _value(metrics.lists_snapshots) == 1  # not again before the next interval
