@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SNAPSHOT_FILE = "memory-lists-3.bin"  # stream_dedup.memory_lists.SNAPSHOT_FILE (not imported: this runs the CLI)
+SNAPSHOT_FILE = "memory-lists-3.bin"  # stream_dedup.lists_snapshot.SNAPSHOT_FILE (not imported: this runs the CLI)
 DEFAULT_DATA = REPO.parent / "shared" / "data"
 WORD = re.compile(r"(\w+)")
 TAG = re.compile(r"(<[^>]*>)")

@@ -27,7 +27,7 @@ are derived from the records' signatures and kept in a :class:`~stream_dedup.ban
 (at most ``max_bucket`` members each, the newest kept), loaded from the latest snapshot (written at
 close and by :meth:`Index.snapshot_lists`) with the articles indexed after it filed again, or built
 from the records, when the index is first used after opening (:attr:`Index.buckets`,
-:mod:`stream_dedup.memory_lists`) and updated after each write that RocksDB accepted, so a crash
+:mod:`stream_dedup.memory_lists`, :mod:`stream_dedup.lists_snapshot`) and updated after each write that RocksDB accepted, so a crash
 loses nothing that is not rebuilt from the records. The permuted SimHash tables are kept the same
 way (:class:`~stream_dedup.simhash_table.SimhashTable`, rebuilt from the records' SimHash).
 
@@ -61,7 +61,7 @@ import mmh3
 import numpy as np
 from rocksdict import MemtableFactory, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from . import memory_lists
+from . import lists_snapshot, memory_lists
 from .band_table import BandTable
 from .index_options import MemoryBudget, cache_counts
 from .index_record import (
@@ -143,6 +143,7 @@ class Index:
         self.tables = PermutedTables() if tables is None else tables
         self._lists: memory_lists.Lists | None = None
         self.lists_behind = False  # set while the lists and RocksDB differ (a write in one and not yet in the other)
+        self.logged_deletions: int | None = None  # deletions logged since the lists' snapshot (None: no snapshot)
         self.snapshot_on_close = True  # write the lists' snapshot at close (not for a throwaway index)
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
@@ -233,10 +234,10 @@ class Index:
     def lists(self) -> memory_lists.Lists:
         """The in-memory LSH buckets, passage lists and SimHash tables: from the latest snapshot if it
         is this index's, with the articles indexed after it filed again, else built from RocksDB
-        (:mod:`stream_dedup.memory_lists`); logged with the time it took."""
+        (:mod:`stream_dedup.lists_snapshot`, :mod:`stream_dedup.memory_lists`); logged with the time it took."""
         if self._lists is None:
             began = time.monotonic()
-            lists = memory_lists.load(self)
+            lists = lists_snapshot.load(self)
             how = "loaded from their snapshot and brought up to date" if lists is not None else "built from the index"
             self._lists = lists or memory_lists.build(self)
             if self.count:
@@ -253,6 +254,19 @@ class Index:
         (from ``prefix + start`` on)."""
         it = self._points.iter(self._ordered_read)
         it.seek(prefix + start)
+        n = len(prefix)
+        while it.valid():
+            key = it.key()
+            if key[:n] != prefix:
+                break
+            yield key, it.value()
+            it.next()
+        del it
+
+    def scan_meta(self, prefix: bytes):
+        """``(key, value)`` of the default family's keys that start with ``prefix``, in key order."""
+        it = self.db.iter(self._ordered_read)
+        it.seek(prefix)
         n = len(prefix)
         while it.valid():
             key = it.key()
@@ -461,8 +475,9 @@ class Index:
         SimHash table entries (``permuted``) and passage list entries (``anchors``: those it added;
         by default read from its ``D`` key)."""
         lists = self.lists()
+        added = self.passages_added(art.seq)
         if anchors is None:
-            anchors = anchors_of(self.passages_added(art.seq))
+            anchors = anchors_of(added)
         points = self._cf[_POINTS]
         wb = WriteBatch(raw_mode=True)
         s8 = _u64(art.seq)
@@ -476,7 +491,7 @@ class Index:
                 wb.delete(b"X" + art.exact, points)
         self.count -= 1
         wb.put(b"Mstate", _STATE.pack(self.next_seq, self.count))
-        wb.delete(memory_lists.TOKEN_KEY)  # the lists' snapshot holds this article: no longer theirs
+        lists_snapshot.log_deletion(self, wb, art, added)  # the lists' snapshot holds it: undone at a restart from it
         self.lists_behind = True
         self.db.write(wb)
         if art.indexed and len(bucket_keys):
@@ -514,14 +529,14 @@ class Index:
         self.db.flush()
 
     def snapshot_lists(self) -> bool:
-        """Write the in-memory lists' snapshot (:mod:`stream_dedup.memory_lists`) if they are loaded
+        """Write the in-memory lists' snapshot (:mod:`stream_dedup.lists_snapshot`) if they are loaded
         and agree with RocksDB (not in the middle of a batch): a restart after a crash then loads it
         and files again only the articles indexed after it. True if it was written; an error is
         logged, not raised (the lists are then built from RocksDB at the next open)."""
         if self.lists_behind or self._lists is None:
             return False
         try:
-            memory_lists.save(self, self._lists)
+            lists_snapshot.save(self, self._lists)
         except OSError as exc:
             log.warning("could not write the in-memory lists' snapshot in %s: %s", self.path, exc)
             return False

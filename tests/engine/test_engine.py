@@ -466,12 +466,12 @@ def test_the_compiled_screen_keeps_what_may_pass_keeps(tmp_path: Path, changes: 
     bytes, the agreeing rows, shingle counts and SimHash distances, and exactly the candidates
     Deduplicator._may_pass keeps: every agreement count 128 rows can give, sizes and SimHash values
     at random (the floats compared in the same order, so estimates on a threshold fall the same way)."""
-    from stream_dedup.memory_lists import _record_heads
+    from stream_dedup.memory_lists import record_heads
 
     config = EngineConfig(**changes)
     rng = np.random.default_rng(29)
     with Deduplicator(config, tmp_path / "state") as d:
-        heads = _record_heads(config.num_perm)
+        heads = record_heads(config.num_perm)
         query = rng.integers(0, 1 << 16, config.num_perm).astype(">u2")
         agrees = list(range(config.num_perm + 1))
         for n in [1, 5, 8, 20, 40, 61, 200, *rng.integers(1, 400, 12).tolist()]:

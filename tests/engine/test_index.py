@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from rocksdict import Options, Rdict
 
-from stream_dedup import memory_lists
+from stream_dedup import lists_snapshot
 from stream_dedup.index import Index, Lookup
 from stream_dedup.index_record import stored_signature
 
@@ -210,7 +210,7 @@ def test_state_survives_reopen(tmp_path: Path) -> None:
     assert idx.lookup(every[:1], [], 256).lsh == {8, 6, 4, 3}
     assert idx.article(2).decision == {"n": 2}
     idx.close()
-    (tmp_path.parent / "copy" / memory_lists.SNAPSHOT_FILE).unlink()
+    (tmp_path.parent / "copy" / lists_snapshot.SNAPSHOT_FILE).unlink()
     idx = open_index(tmp_path.parent / "copy", max_bucket=4)  # no snapshot: rebuilt from the records
     # the shared bucket gets back 2, which the cap had dropped before 5 was deleted: one more candidate
     assert [idx.buckets.lookup(every[i:i + 1]).tolist() for i in range(len(every))] == [[6, 4, 3, 2], [6, 4, 2, 0],

@@ -71,8 +71,8 @@ def test_a_failing_gauge_does_not_stop_the_stage() -> None:
 def test_the_lists_snapshot_is_written_on_its_interval_between_transactions(tmp_path) -> None:
     """With ``--lists-snapshot-every``, the upkeep writes the lists' snapshot of a real index once the
     interval has passed (counted and timed on /metrics), and not before it; a crash then restarts
-    from it (tests/engine/test_memory_lists.py)."""
-    from stream_dedup import memory_lists
+    from it (tests/engine/test_lists_snapshot.py)."""
+    from stream_dedup import lists_snapshot
     from stream_dedup.config import EngineConfig
     from stream_dedup.engine import Deduplicator
     from stream_dedup.record import Article
@@ -85,11 +85,11 @@ def test_the_lists_snapshot_is_written_on_its_interval_between_transactions(tmp_
         dedup.process(Article(id="a", text="one two three four five six seven eight nine ten"), now=1.0)
         t[0] += 599
         upkeep.run(None, None, "sig")
-        assert dedup.index.db.get(memory_lists.TOKEN_KEY) is None and _value(metrics.lists_snapshots) == 0
+        assert dedup.index.db.get(lists_snapshot.TOKEN_KEY) is None and _value(metrics.lists_snapshots) == 0
         t[0] += 1
         upkeep.run(None, None, "sig")
-        assert dedup.index.db.get(memory_lists.TOKEN_KEY) is not None
-        assert (tmp_path / memory_lists.SNAPSHOT_FILE).exists()
+        assert dedup.index.db.get(lists_snapshot.TOKEN_KEY) is not None
+        assert (tmp_path / lists_snapshot.SNAPSHOT_FILE).exists()
         assert _value(metrics.lists_snapshots) == 1 and _value(metrics.lists_snapshot_seconds) > 0
         t[0] += 1
         upkeep.run(None, None, "sig")

@@ -1,4 +1,4 @@
-"""stream_dedup.memory_lists: the in-memory lists come back the same whether they are loaded from
+"""stream_dedup.lists_snapshot and memory_lists: the in-memory lists come back the same whether they are loaded from
 the latest snapshot (and brought up to date with the articles indexed after it) or built again from
 RocksDB, and a snapshot is used only for the index it was written for, with nothing deleted since."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stream_dedup import memory_lists
+from stream_dedup import lists_snapshot, memory_lists
 from stream_dedup.config import EngineConfig
 from stream_dedup.engine import Deduplicator
 from stream_dedup.record import article_from_object
@@ -33,16 +33,16 @@ def test_a_closed_index_reopens_from_its_snapshot_with_the_same_lists(tmp_path: 
     with Deduplicator(EngineConfig(), tmp_path / "a") as d:
         d.process_batch(articles[:400], now=NOW)
         before = _state(d)
-    assert (tmp_path / "a" / memory_lists.SNAPSHOT_FILE).exists()
+    assert (tmp_path / "a" / lists_snapshot.SNAPSHOT_FILE).exists()
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     with Deduplicator(EngineConfig(), tmp_path / "a") as d:
-        assert d.index.db.get(memory_lists.TOKEN_KEY) is not None
+        assert d.index.db.get(lists_snapshot.TOKEN_KEY) is not None
         assert _state(d) == before
         # kept: a crash from here on restarts from it and the articles indexed after it
-        assert d.index.db.get(memory_lists.TOKEN_KEY) is not None
-        assert (tmp_path / "a" / memory_lists.SNAPSHOT_FILE).exists()
+        assert d.index.db.get(lists_snapshot.TOKEN_KEY) is not None
+        assert (tmp_path / "a" / lists_snapshot.SNAPSHOT_FILE).exists()
         loaded = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
-    os.remove(tmp_path / "b" / memory_lists.SNAPSHOT_FILE)  # the copy must build them from RocksDB
+    os.remove(tmp_path / "b" / lists_snapshot.SNAPSHOT_FILE)  # the copy must build them from RocksDB
     with Deduplicator(EngineConfig(), tmp_path / "b") as d:
         assert _state(d) == before
         built = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
@@ -74,7 +74,7 @@ def test_a_crash_after_a_snapshot_restarts_from_it_and_the_articles_indexed_sinc
         with Deduplicator(EngineConfig(), tmp_path / "a") as d:
             assert _state(d) == expected
             loaded = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
-    os.remove(tmp_path / "b" / memory_lists.SNAPSHOT_FILE)
+    os.remove(tmp_path / "b" / lists_snapshot.SNAPSHOT_FILE)
     with Deduplicator(EngineConfig(), tmp_path / "b") as d:
         assert _state(d) == expected
         built = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
@@ -82,21 +82,83 @@ def test_a_crash_after_a_snapshot_restarts_from_it_and_the_articles_indexed_sinc
 
 
 @pytest.mark.shared_data
-def test_a_deletion_after_the_snapshot_makes_the_next_open_build_the_lists(tmp_path: Path, articles) -> None:
-    """The snapshot holds every article indexed before it: once one of them is deleted (retention,
-    remove) its token is gone with the same write, and the lists are built from RocksDB."""
+def test_deletions_after_a_snapshot_are_replayed_when_they_happened(tmp_path: Path, articles, monkeypatch) -> None:
+    """Retention and remove delete articles between batches, older ones and ones added after the
+    snapshot; each deletion is logged in its own write, and a restart from the snapshot applies them
+    between the articles added before and after them, as the live lists did. With 3 members a bucket
+    (buckets overflow, dropping their oldest) the order matters: the lists come back exactly the live
+    ones, and the log is cleared by the next snapshot."""
+    from stream_dedup import engine
+    monkeypatch.setattr(engine, "MAX_PER_BUCKET", 3)
     d = Deduplicator(EngineConfig(), tmp_path)
-    d.process_batch(articles[:200], now=NOW)
-    assert d.index.snapshot_lists() and d.index.db.get(memory_lists.TOKEN_KEY) is not None
-    d.process_batch(articles[200:250], now=NOW)
-    assert d.remove(articles[10].id)
-    assert d.index.db.get(memory_lists.TOKEN_KEY) is None
+    d.process_batch(articles[:150], now=NOW)
+    assert d.index.snapshot_lists()
+    d.process_batch(articles[150:200], now=NOW)
+    assert d.remove(articles[5].id) and d.remove(articles[20].id)        # indexed before the snapshot
+    d.process_batch(articles[200:260], now=NOW)
+    assert d.remove(articles[170].id) and d.remove(articles[210].id)     # after it
+    d.process_batch(articles[260:300], now=NOW)
+    assert d.remove(articles[265].id)
+    assert len(lists_snapshot._deletions(d.index)) == 5 and d.index.db.get(lists_snapshot.TOKEN_KEY) is not None
+    expected = _state(d)
+    d.index.snapshot_on_close = False
+    d.close()
+    monkeypatch.setattr(memory_lists, "build", _no_build)
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        assert _state(d) == expected and len(d) == 295
+        assert d.index.snapshot_lists() and lists_snapshot._deletions(d.index) == []  # (the new snapshot holds them)
+
+
+def test_a_deletion_replayed_at_its_moment_keeps_a_full_bucket_as_it_was(tmp_path: Path, textgen, monkeypatch) -> None:
+    """Rewrites of one story share LSH buckets of 2 members: deleting one of a full bucket's members
+    and then adding another keeps the older member, where adding first would have dropped it. The
+    restart from the snapshot gives the live lists, so the deletion was applied between the two adds."""
+    from stream_dedup import engine
+    from stream_dedup.record import Article
+    monkeypatch.setattr(engine, "MAX_PER_BUCKET", 2)
+    base = textgen.words(3, 300)
+
+    def variant(k: int) -> Article:
+        words = list(base)
+        for j in range(k, len(words), 30):
+            words[j] = f"v{k}w{j}"
+        return Article(id=f"v{k}", text=textgen.text(words))
+
+    d = Deduplicator(EngineConfig(), tmp_path)
+    for k in range(3):
+        d.process(variant(k), now=NOW)
+    assert d.index.snapshot_lists()
+    d.process(variant(3), now=NOW)
+    assert d.remove("v3")                      # the newest member of its buckets ...
+    decisions = [d.process(variant(k), now=NOW) for k in (4, 5)]   # ... then newer ones fill them again
+    assert all(x.is_duplicate for x in decisions)
+    expected = _state(d)
+    d.index.snapshot_on_close = False
+    d.close()
+    monkeypatch.setattr(memory_lists, "build", _no_build)
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        assert _state(d) == expected
+
+
+def test_the_deletion_log_is_bounded(tmp_path: Path, textgen, monkeypatch) -> None:
+    """Past MAX_LOGGED_DELETIONS since the snapshot (snapshots only at close, retention on) the log is
+    dropped with the token in the deletion's write: the next open builds the lists."""
+    from stream_dedup.record import Article
+    monkeypatch.setattr(lists_snapshot, "MAX_LOGGED_DELETIONS", 2)
+    d = Deduplicator(EngineConfig(), tmp_path)
+    for i in range(5):
+        d.process(Article(id=f"a{i}", text=textgen.text(textgen.words(i, 300))), now=NOW)
+    assert d.index.snapshot_lists()
+    assert d.remove("a0") and d.remove("a1")
+    assert len(lists_snapshot._deletions(d.index)) == 2 and d.index.db.get(lists_snapshot.TOKEN_KEY) is not None
+    assert d.remove("a2")
+    assert lists_snapshot._deletions(d.index) == [] and d.index.db.get(lists_snapshot.TOKEN_KEY) is None
+    assert d.remove("a3")  # (nothing to log any more)
     expected = _state(d)
     d.index.snapshot_on_close = False
     d.close()
     with Deduplicator(EngineConfig(), tmp_path) as d:
-        assert _state(d) == expected
-        assert d.decision_of(articles[10].id) is None
+        assert lists_snapshot.load(d.index) is None and _state(d) == expected
 
 
 @pytest.mark.shared_data
@@ -110,12 +172,12 @@ def test_a_snapshot_ahead_of_the_index_is_not_used(tmp_path: Path, articles) -> 
     with Deduplicator(EngineConfig(), tmp_path / "a") as d:
         d.process_batch(articles[100:200], now=NOW)
         assert d.index.snapshot_lists()
-        token = d.index.db.get(memory_lists.TOKEN_KEY)
-    shutil.copy(tmp_path / "a" / memory_lists.SNAPSHOT_FILE, tmp_path / "b" / memory_lists.SNAPSHOT_FILE)
+        token = d.index.db.get(lists_snapshot.TOKEN_KEY)
+    shutil.copy(tmp_path / "a" / lists_snapshot.SNAPSHOT_FILE, tmp_path / "b" / lists_snapshot.SNAPSHOT_FILE)
     with Deduplicator(EngineConfig(), tmp_path / "b") as d:
-        d.index.db.put(memory_lists.TOKEN_KEY, token)
-        assert memory_lists.load(d.index) is None
-        assert d.index.db.get(memory_lists.TOKEN_KEY) is None  # dropped with its file
+        d.index.db.put(lists_snapshot.TOKEN_KEY, token)
+        assert lists_snapshot.load(d.index) is None
+        assert d.index.db.get(lists_snapshot.TOKEN_KEY) is None  # dropped with its file
         assert len(d.index.buckets.as_dict()) > 0 and len(d) == 100
 
 
@@ -128,13 +190,13 @@ def test_a_snapshot_of_another_index_state_is_not_used(tmp_path: Path, textgen) 
         for i, t in enumerate(texts[:3]):
             d.process(Article(id=f"a{i}", text=t), now=NOW)
     with Deduplicator(EngineConfig(), tmp_path) as d:
-        d.index.db.put(memory_lists.TOKEN_KEY, b"x" * 16)  # a token that names another file
-        assert memory_lists.load(d.index) is None
+        d.index.db.put(lists_snapshot.TOKEN_KEY, b"x" * 16)  # a token that names another file
+        assert lists_snapshot.load(d.index) is None
         d.index.lists_behind = True
         d.process(Article(id="a3", text=texts[3]), now=NOW)
         d.index.lists_behind = True  # as if the last write had not reached the lists
     with Deduplicator(EngineConfig(), tmp_path) as d:
-        assert d.index.db.get(memory_lists.TOKEN_KEY) is None and len(d) == 4
+        assert d.index.db.get(lists_snapshot.TOKEN_KEY) is None and len(d) == 4
         assert d.process(Article(id="a4", text=texts[0]), now=NOW).duplicate_of == "a0"
 
 
@@ -165,7 +227,7 @@ def test_a_damaged_or_foreign_snapshot_is_not_used(tmp_path: Path, textgen, dama
     format 9, had no SimHash tables), holds a non-integer array or is not a snapshot at all: the
     lists are built from the records, the same as the snapshot would have given."""
     expected = _snapshot(tmp_path, textgen)
-    path = tmp_path / memory_lists.SNAPSHOT_FILE
+    path = tmp_path / lists_snapshot.SNAPSHOT_FILE
     if damage == "cut short":
         with open(path, "r+b") as f:
             f.truncate(path.stat().st_size - 64)
@@ -176,7 +238,7 @@ def test_a_damaged_or_foreign_snapshot_is_not_used(tmp_path: Path, textgen, dama
     else:
         path.write_bytes(b"PK\x03\x04" + path.read_bytes()[4:])
     with Deduplicator(EngineConfig(), tmp_path) as d:
-        assert memory_lists.load(d.index) is None
+        assert lists_snapshot.load(d.index) is None
         assert not path.exists()  # read once, whatever it held
         assert _state(d) == expected and d.index.simhash_table.entries == 3 * len(d.tables)
 
@@ -185,11 +247,11 @@ def test_the_snapshot_of_an_older_layout_is_deleted_not_read(tmp_path: Path, tex
     """An index closed by a version that wrote ``memory-lists-2.npz`` builds its lists once; the old
     file (never read again) is deleted at the next open."""
     expected = _snapshot(tmp_path, textgen)
-    (tmp_path / memory_lists.SNAPSHOT_FILE).rename(tmp_path / "memory-lists-2.npz")
+    (tmp_path / lists_snapshot.SNAPSHOT_FILE).rename(tmp_path / "memory-lists-2.npz")
     with Deduplicator(EngineConfig(), tmp_path) as d:
         assert _state(d) == expected
         assert not (tmp_path / "memory-lists-2.npz").exists()
-    assert (tmp_path / memory_lists.SNAPSHOT_FILE).exists()
+    assert (tmp_path / lists_snapshot.SNAPSHOT_FILE).exists()
 
 
 def test_a_snapshot_keeps_every_array_exactly(tmp_path: Path) -> None:
@@ -202,27 +264,25 @@ def test_a_snapshot_keeps_every_array_exactly(tmp_path: Path) -> None:
               "c": rng.integers(0, 255, 63, dtype=np.uint8), "d": rng.integers(-5, 5, (7, 3), dtype=np.int64)}
     tables = SimpleNamespace(settle=lambda: None, **arrays)
     index = SimpleNamespace(path=tmp_path, count=3, next_seq=4, banding=(16, 8), max_bucket=100,
-                            db=SimpleNamespace(put=lambda k, v: stored.__setitem__(k, v)))
-    stored: dict[bytes, bytes] = {}
-    parts = memory_lists._parts
-    memory_lists._parts = lambda _lists: [("", tables, tuple(arrays))]
+                            db=SimpleNamespace(write=lambda batch: None))
+    parts = lists_snapshot._parts
+    lists_snapshot._parts = lambda _lists: [("", tables, tuple(arrays))]
     try:
-        memory_lists.save(index, None)  # type: ignore[arg-type]
+        token = lists_snapshot.save(index, None)  # type: ignore[arg-type]
     finally:
-        memory_lists._parts = parts
-    token = stored[memory_lists.TOKEN_KEY]
-    path = tmp_path / memory_lists.SNAPSHOT_FILE
-    found = memory_lists._read(path, token)
-    assert found is not None and found[0] == memory_lists._fingerprint(index)
+        lists_snapshot._parts = parts
+    path = tmp_path / lists_snapshot.SNAPSHOT_FILE
+    found = lists_snapshot._read(path, token)
+    assert found is not None and found[0] == lists_snapshot._fingerprint(index)
     back = found[1]
     assert set(back) == set(arrays)
     for name, array in arrays.items():
         assert back[name].dtype == array.dtype and back[name].shape == array.shape
         assert np.array_equal(back[name], array) and back[name].flags.writeable and back[name].flags.owndata
-    assert memory_lists._read(path, b"x" * 16) is None  # another token
+    assert lists_snapshot._read(path, b"x" * 16) is None  # another token
     length = int.from_bytes(path.read_bytes()[8:16], "little")
     offsets = [entry[3] for entry in json.loads(path.read_bytes()[16:16 + length])["arrays"]]
-    assert all(o % memory_lists.ALIGN == 0 for o in offsets)
+    assert all(o % lists_snapshot.ALIGN == 0 for o in offsets)
 
 
 @pytest.mark.shared_data
@@ -233,7 +293,7 @@ def test_lists_built_in_small_chunks_equal_the_lists_the_decisions_made(tmp_path
         d.process_batch(articles[:300], now=NOW)
         d.process_batch([article_from_object({"id": "empty", "text": "..."}, EngineConfig())], now=NOW)
         buckets, passages, simhash = _state(d)
-        heads = memory_lists._record_heads(d.index.num_perm)
+        heads = memory_lists.record_heads(d.index.num_perm)
         flags = [np.frombuffer(v[:heads.itemsize], dtype=heads)["flags"][0] for _, v in d.index.scan(b"A")]
         assert 0 in flags and 1 in flags  # some records have no sketches filed (exact copies, the empty text)
         for chunk in (7, 64, 8192):

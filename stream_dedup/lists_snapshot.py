@@ -1,0 +1,283 @@
+"""The snapshot of the index's in-memory lists: loaded at start and brought up to date, instead of built.
+
+The in-memory lists (:mod:`stream_dedup.memory_lists`) are derived from RocksDB, and building them
+reads every article record: 7-15 s per million articles on the 2-core benchmark machines (README,
+Scale). So a snapshot of them is written to one file, ``memory-lists-3.bin`` in the index directory, when
+the index is closed and, in a long-running process, now and then
+(:meth:`~stream_dedup.index.Index.snapshot_lists`: the worker's ``--lists-snapshot-every``); then a
+random token naming that file is stored in RocksDB (``Mlists``).
+
+Opening loads the file only if RocksDB holds the same token, then files again the articles indexed
+after it (their seqs follow the snapshot's next seq: their records and ``D`` keys are read from
+there on, as a build reads all of them), so a process that was killed restarts from its latest
+snapshot plus what it wrote since, not from the whole index. Articles are added in seq order, and
+deleted (retention, :meth:`~stream_dedup.engine.Deduplicator.remove`) between batches: while a
+snapshot is valid, each deletion also writes, in its own write, a log entry (``Mdel``: the next seq
+at that moment, the seq, the record's head and ``D`` value), and the restart applies it between the
+articles added before and after it, as the live lists did (a bucket at its cap drops its oldest
+member: the order of adds and deletes matters). The next snapshot clears the log; past
+:data:`MAX_LOGGED_DELETIONS` the log and the token are dropped instead. A file without its token is
+never read, the token is only written once the file is complete and synced, and a snapshot that
+holds more than RocksDB (its writes lost after the file was synced) is not used. The lists loaded
+and brought up to date are exactly the live ones, and decide as lists built from RocksDB do:
+``tests/engine/test_lists_snapshot.py`` compares them.
+
+The file is the arrays' bytes as they are in memory, each at a 64-byte aligned offset, after a
+JSON header naming them (dtype, shape, offset), the token and the index's fingerprint::
+
+    b"SDLISTS3"  header length (u64, little-endian)  header (JSON)  arrays ...
+
+A load reads each array straight into its own new buffer (``readinto``) and a save writes each
+from its buffer: no copy, no compression, no checksum pass. The zip of ``np.savez`` that the layout
+before it used (``memory-lists-2.npz``) computed a CRC of every byte both ways and copied each
+array once more: 1.1-1.8 s to save and 0.3-1.1 s to load the 377 MB of lists of a 300,000-article
+index (README, Scale). What guards the file instead is what guarded it before, the token: it is
+written to RocksDB only after the file is complete and synced, and a file of another size than its
+header says is not read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from rocksdict import WriteBatch
+
+from .band_table import BandTable
+from .index_record import _RECORD, _SIG_DTYPE, FLAG_INDEXED
+from .list_table import UNCAPPED, MemberLists
+from .memory_lists import Lists, file_heads, file_passages, file_sketches, record_heads
+from .passages import anchors_of
+from .simhash_table import SimhashTable
+
+if TYPE_CHECKING:
+    from .index import Index
+    from .index_record import StoredArticle
+
+#: (``-3``: raw arrays after a JSON header; the files of the layouts before it, ``memory-lists.npz`` and
+#: ``memory-lists-2.npz``, are not read, so an index closed by an older version builds its lists again
+#: once, and an older version never reads this layout; an older file found is deleted)
+SNAPSHOT_FILE = "memory-lists-3.bin"
+OLDER_FILES = ("memory-lists.npz", "memory-lists-2.npz")
+MAGIC = b"SDLISTS3"
+ALIGN = 64
+TOKEN_KEY = b"Mlists"
+#: the deletions since the snapshot, each in its own write: ``Mdel`` + the index's next seq when it
+#: was made (8) + the article's seq (8) -> its record head and its ``D`` value (what filed it)
+DELETION_PREFIX, _DELETIONS_END = b"Mdel", b"Mdem"
+#: past this many deletions since the snapshot the log is dropped with the token (a restart then builds
+#: the lists): what bounds it when snapshots are only written at close (~300 bytes each)
+MAX_LOGGED_DELETIONS = 100_000
+_LIST_ARRAYS = ("slot_keys", "slot_head", "node_seq", "node_next", "meta")
+
+
+
+def _fingerprint(index: Index) -> list[int]:
+    """What a snapshot must agree with: the article count, the next seq and the bucket shape."""
+    return [int(x) for x in (index.count, index.next_seq, *index.banding, index.max_bucket)]
+
+
+def _parts(lists: Lists) -> list[tuple[str, object, tuple[str, ...]]]:
+    """(prefix in the snapshot, table, its arrays) of each list."""
+    return [("buckets_", lists.buckets, _LIST_ARRAYS), ("lists_", lists.passages, _LIST_ARRAYS),
+            ("simhash_", lists.simhash, SimhashTable.ARRAYS)]
+
+
+def load(index: Index) -> Lists | None:
+    """The lists of the latest snapshot if RocksDB names it, with the articles indexed after it filed
+    again (see the module doc); None if there is none to use (the token and the file are then
+    dropped: the lists are built from RocksDB, and the next snapshot replaces them)."""
+    _drop_older_files(index)
+    token = index.db.get(TOKEN_KEY)
+    if token is None:
+        return None
+    path = Path(index.path) / SNAPSHOT_FILE
+    lists = None
+    try:
+        lists = _load(index, path, token)
+    except (OSError, KeyError, ValueError, TypeError):  # a torn or foreign file: build them from RocksDB
+        lists = None
+    finally:
+        if lists is None:
+            drop(index)
+            path.unlink(missing_ok=True)
+    return lists
+
+
+def drop(index: Index) -> None:
+    """Forget the snapshot: its token and its deletion log."""
+    batch = WriteBatch(raw_mode=True)
+    batch.delete(TOKEN_KEY)
+    batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
+    index.db.write(batch)
+    index.logged_deletions = None
+
+
+def _load(index: Index, path: Path, token: bytes) -> Lists | None:
+    found = _read(path, token)
+    if found is None:
+        return None
+    shape, arrays = found
+    count, next_seq = shape[:2]
+    # the same bucket shape, and since the snapshot the articles of the seqs after it added and those
+    # of the deletion log deleted
+    log = _deletions(index)
+    if shape[2:] != _fingerprint(index)[2:] or next_seq > index.next_seq \
+            or index.count - count != index.next_seq - next_seq - len(log):
+        return None
+    lists = Lists(BandTable(*index.banding, index.max_bucket, slots=1, nodes=1),
+                  MemberLists(UNCAPPED, slots=1, nodes=1), SimhashTable(index.tables.key_masks, slots=1))
+    for prefix, table, names in _parts(lists):
+        for name in names:
+            setattr(table, name, arrays[prefix + name])
+        table.loaded()
+    if not _replay(index, lists, next_seq, log):
+        return None
+    index.logged_deletions = len(log)
+    return lists
+
+
+def _replay(index: Index, lists: Lists, start: int, log: list[tuple[int, int, bytes]]) -> bool:
+    """Bring the snapshot's lists (seqs below ``start``) up to date in the order the index changed
+    since: the articles of seq ``start`` on filed in seq order, and each deletion of ``log`` (next
+    seq at the time, seq, head + ``D`` value) applied once every article before it was filed; an
+    article added and deleted since the snapshot is filed from its log entry. True if every seq
+    from ``start`` to the index's next seq was accounted for."""
+    if any(at < start for at, _, _ in log):
+        return False  # (the snapshot's own write dropped the deletions before it: not this snapshot's log)
+    gone = {seq: value for _, seq, value in log if seq >= start}
+    filed, seq = 0, start
+    for stop in sorted({at for at, _, _ in log} | set(gone) | {index.next_seq}):
+        if seq < stop:
+            filed += file_sketches(index, lists.buckets, lists.simhash, seq, stop=stop)
+            file_passages(index, lists.passages, seq, stop=stop)
+            seq = stop
+        for at, deleted, value in log:  # the deletions made when the next seq was ``stop`` ...
+            if at == stop:
+                _unfile(index, lists, deleted, value)
+        if stop in gone:  # ... before article ``stop`` was added (deleted since: its record is gone)
+            _file_logged(index, lists, stop, gone[stop])
+            filed, seq = filed + 1, stop + 1
+    return filed == index.next_seq - start
+
+
+def log_deletion(index: Index, batch: WriteBatch, art: StoredArticle, added: bytes | None) -> None:
+    """Put in ``batch`` (the deletion's own write) what a restart from the snapshot needs to take
+    ``art`` out of the lists again when it did; past :data:`MAX_LOGGED_DELETIONS`, drop the snapshot
+    instead. Nothing while there is no snapshot to keep up to date (``index.logged_deletions`` None)."""
+    if index.logged_deletions is None:
+        return
+    if index.logged_deletions >= MAX_LOGGED_DELETIONS:
+        batch.delete(TOKEN_KEY)
+        batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
+        index.logged_deletions = None
+        return
+    head = _RECORD.pack(art.first_seen, art.simhash, art.n_shingles, FLAG_INDEXED if art.indexed else 0, art.exact)
+    batch.put(DELETION_PREFIX + index.next_seq.to_bytes(8, "big") + art.seq.to_bytes(8, "big"),
+              head + art.minhash.astype(_SIG_DTYPE, copy=False).tobytes() + (added or b""))
+    index.logged_deletions += 1
+
+
+def _deletions(index: Index) -> list[tuple[int, int, bytes]]:
+    """The deletion log (:func:`log_deletion`): (next seq then, seq, head + ``D`` value), in the order made."""
+    n = len(DELETION_PREFIX)
+    return [(int.from_bytes(key[n:n + 8], "big"), int.from_bytes(key[n + 8:n + 16], "big"), value)
+            for key, value in index.scan_meta(DELETION_PREFIX)]
+
+
+def _split(index: Index, value: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(record head, anchors added) of a deletion log entry."""
+    head = record_heads(index.num_perm)
+    return np.frombuffer(value[:head.itemsize], dtype=head), anchors_of(value[head.itemsize:])
+
+
+def _file_logged(index: Index, lists: Lists, seq: int, value: bytes) -> None:
+    """File article ``seq`` from its deletion log entry, as :func:`file_sketches` and :func:`file_passages` would."""
+    rows, anchors = _split(index, value)
+    file_heads(index, lists.buckets, lists.simhash, rows, np.array([seq], dtype=np.uint32))
+    if anchors.shape[0]:
+        lists.passages.add_entries(anchors, np.full(anchors.shape[0], seq, dtype=np.uint32))
+
+
+def _unfile(index: Index, lists: Lists, seq: int, value: bytes) -> None:
+    """Take article ``seq`` out of the lists, as :meth:`Index.delete` did."""
+    rows, anchors = _split(index, value)
+    if rows["flags"][0] & FLAG_INDEXED and rows["n_shingles"][0] > 0:
+        lists.buckets.remove(lists.buckets.keys(rows["sig"][0]), seq)
+        lists.simhash.remove(np.asarray(index.tables.permute_array(int(rows["simhash"][0])), dtype=np.uint64), seq)
+    lists.passages.remove(anchors, seq)
+
+
+def _read(path: Path, token: bytes) -> tuple[list[int], dict[str, np.ndarray]] | None:
+    """The index shape (:func:`_fingerprint` when it was written) and the arrays of the snapshot at
+    ``path`` if it is the one ``token`` names, else None."""
+    with open(path, "rb", buffering=0) as f:
+        if f.read(len(MAGIC)) != MAGIC:
+            return None
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+        base = _aligned(len(MAGIC) + 8 + length)
+        if bytes.fromhex(header["token"]) != token or os.fstat(f.fileno()).st_size != base + header["size"]:
+            return None
+        arrays = {}
+        for name, dtype, shape, offset in header["arrays"]:
+            if np.dtype(dtype).kind not in "iu":  # the lists hold integers only
+                return None
+            array = np.empty(shape, dtype=np.dtype(dtype))
+            f.seek(base + offset)
+            view = memoryview(array).cast("B")
+            done = 0
+            while done < len(view):  # (readinto may return less than asked)
+                n = f.readinto(view[done:])
+                if not n:
+                    return None
+                done += n
+            arrays[name] = array
+    return [int(x) for x in header["index"]], arrays
+
+
+def save(index: Index, lists: Lists) -> bytes:
+    """Write the lists next to the index, then the token that makes them valid (see the module doc);
+    returns the token."""
+    path = Path(index.path) / SNAPSHOT_FILE
+    tmp = path.with_suffix(".tmp")
+    token = os.urandom(16)  # (secrets.token_bytes; importing secrets loads OpenSSL through hmac)
+    for _, table, _ in _parts(lists):
+        table.settle()  # a growth under way is finished: the snapshot keeps one table of each
+    arrays = [(f"{prefix}{name}", np.ascontiguousarray(getattr(table, name)))
+              for prefix, table, names in _parts(lists) for name in names]
+    entries, size = [], 0  # offsets from the first array's (the header's end, aligned)
+    for name, array in arrays:
+        entries.append((name, array.dtype.str, list(array.shape), size))
+        size += _aligned(array.nbytes)
+    text = json.dumps({"token": token.hex(), "index": _fingerprint(index), "arrays": entries, "size": size}).encode()
+    base = _aligned(len(MAGIC) + 8 + len(text))
+    with open(tmp, "wb") as f:
+        f.write(MAGIC + len(text).to_bytes(8, "little") + text)
+        for (_, array), entry in zip(arrays, entries, strict=True):
+            f.write(b"\0" * (base + entry[3] - f.tell()))
+            if array.nbytes:
+                f.write(memoryview(array).cast("B"))
+        f.truncate(base + size)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    batch = WriteBatch(raw_mode=True)  # the token, and the deletions it holds dropped from the log
+    batch.put(TOKEN_KEY, token)
+    batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
+    index.db.write(batch)
+    index.logged_deletions = 0
+    return token
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _drop_older_files(index: Index) -> None:
+    """Delete the snapshot files of the layouts before this one (never read again: disk only)."""
+    for name in OLDER_FILES:
+        (Path(index.path) / name).unlink(missing_ok=True)
