@@ -149,15 +149,17 @@ def _replay(index: Index, lists: Lists, start: int, log: list[tuple[int, int, by
     if any(at < start for at, _, _ in log):
         return False  # (the snapshot's own write dropped the deletions before it: not this snapshot's log)
     gone = {seq: value for _, seq, value in log if seq >= start}
+    made_at: dict[int, list[tuple[int, bytes]]] = {}  # next seq -> the deletions made then
+    for at, deleted, value in log:
+        made_at.setdefault(at, []).append((deleted, value))
     filed, seq = 0, start
-    for stop in sorted({at for at, _, _ in log} | set(gone) | {index.next_seq}):
+    for stop in sorted(made_at.keys() | gone.keys() | {index.next_seq}):
         if seq < stop:
             filed += file_sketches(index, lists.buckets, lists.simhash, seq, stop=stop)
             file_passages(index, lists.passages, seq, stop=stop)
             seq = stop
-        for at, deleted, value in log:  # the deletions made when the next seq was ``stop`` ...
-            if at == stop:
-                _unfile(index, lists, deleted, value)
+        for deleted, value in made_at.get(stop, ()):  # the deletions made when the next seq was ``stop`` ...
+            _unfile(index, lists, deleted, value)
         if stop in gone:  # ... before article ``stop`` was added (deleted since: its record is gone)
             _file_logged(index, lists, stop, gone[stop])
             filed, seq = filed + 1, stop + 1
