@@ -144,6 +144,8 @@ class Index:
         self._lists: memory_lists.Lists | None = None
         self.lists_behind = False  # set while the lists and RocksDB differ (a write in one and not yet in the other)
         self.logged_deletions: int | None = None  # deletions logged since the lists' snapshot (None: no snapshot)
+        self.snapshot_generation = 0  # +1 each time a snapshot is made valid or dropped (lists_snapshot)
+        self._snapshot_writer: lists_snapshot.BackgroundSnapshot | None = None
         self.snapshot_on_close = True  # write the lists' snapshot at close (not for a throwaway index)
         self.path.mkdir(parents=True, exist_ok=True)
         self.num_perm = num_perm
@@ -531,10 +533,11 @@ class Index:
     def snapshot_lists(self) -> bool:
         """Write the in-memory lists' snapshot (:mod:`stream_dedup.lists_snapshot`) if they are loaded
         and agree with RocksDB (not in the middle of a batch): a restart after a crash then loads it
-        and files again only the articles indexed after it. True if it was written; an error is
-        logged, not raised (the lists are then built from RocksDB at the next open)."""
+        and files again only what changed since. True if it was written; an error is logged, not
+        raised (the lists are then built from RocksDB at the next open)."""
         if self.lists_behind or self._lists is None:
             return False
+        self._stop_snapshot_writer()
         try:
             lists_snapshot.save(self, self._lists)
         except OSError as exc:
@@ -542,9 +545,41 @@ class Index:
             return False
         return True
 
+    def start_snapshot(self) -> bool:
+        """Start writing the lists' snapshot in a forked child while this process goes on
+        (:class:`~stream_dedup.lists_snapshot.BackgroundSnapshot`); :meth:`snapshot_done` makes it
+        valid once written. False if the lists are not loaded, a batch is under way or one is still
+        being written."""
+        if self.lists_behind or self._lists is None or self._snapshot_writer is not None:
+            return False
+        try:
+            self._snapshot_writer = lists_snapshot.BackgroundSnapshot(self)
+        except OSError as exc:  # (fork refused: out of memory or processes)
+            log.warning("could not start writing the in-memory lists' snapshot: %s", exc)
+            return False
+        return True
+
+    def snapshot_done(self, block: bool = False) -> tuple[bool, float] | None:
+        """None while no background snapshot has ended since the last call; else (written and now
+        valid, seconds since it began)."""
+        writer = self._snapshot_writer
+        if writer is None:
+            return None
+        written = writer.poll(self, block)
+        if written is None:
+            return None
+        self._snapshot_writer = None
+        return written, time.monotonic() - writer.began
+
+    def _stop_snapshot_writer(self) -> None:
+        if self._snapshot_writer is not None:
+            self._snapshot_writer.cancel()
+            self._snapshot_writer = None
+
     def close(self) -> None:
         """Write the in-memory lists' snapshot (:meth:`snapshot_lists`), then close the database; the
         family handles are dropped too (they keep it open otherwise)."""
+        self._stop_snapshot_writer()
         if self.snapshot_on_close:
             self.snapshot_lists()
         self.db.close()

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -114,6 +116,7 @@ def drop(index: Index) -> None:
     batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
     index.db.write(batch)
     index.logged_deletions = None
+    index.snapshot_generation += 1
 
 
 def _load(index: Index, path: Path, token: bytes) -> Lists | None:
@@ -176,6 +179,7 @@ def log_deletion(index: Index, batch: WriteBatch, art: StoredArticle, added: byt
         batch.delete(TOKEN_KEY)
         batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
         index.logged_deletions = None
+        index.snapshot_generation += 1
         return
     head = _RECORD.pack(art.first_seen, art.simhash, art.n_shingles, FLAG_INDEXED if art.indexed else 0, art.exact)
     batch.put(DELETION_PREFIX + index.next_seq.to_bytes(8, "big") + art.seq.to_bytes(8, "big"),
@@ -244,9 +248,18 @@ def _read(path: Path, token: bytes) -> tuple[list[int], dict[str, np.ndarray]] |
 def save(index: Index, lists: Lists) -> bytes:
     """Write the lists next to the index, then the token that makes them valid (see the module doc);
     returns the token."""
-    path = Path(index.path) / SNAPSHOT_FILE
-    tmp = path.with_suffix(".tmp")
     token = os.urandom(16)  # (secrets.token_bytes; importing secrets loads OpenSSL through hmac)
+    _write(Path(index.path), lists, token, _fingerprint(index))
+    _commit(index, token, None)
+    return token
+
+
+def _write(directory: Path, lists: Lists, token: bytes, shape: list[int]) -> None:
+    """The snapshot file of ``lists`` (:data:`SNAPSHOT_FILE` in ``directory``), complete and synced."""
+    path = directory / SNAPSHOT_FILE
+    # each writer its own file until the rename: a child orphaned by a killed worker may still be
+    # writing when the restarted one writes its own (the rename is atomic; the token picks the valid one)
+    tmp = path.with_name(f"{SNAPSHOT_FILE}.{os.getpid()}.tmp")
     for _, table, _ in _parts(lists):
         table.settle()  # a growth under way is finished: the snapshot keeps one table of each
     arrays = [(f"{prefix}{name}", np.ascontiguousarray(getattr(table, name)))
@@ -255,7 +268,7 @@ def save(index: Index, lists: Lists) -> bytes:
     for name, array in arrays:
         entries.append((name, array.dtype.str, list(array.shape), size))
         size += _aligned(array.nbytes)
-    text = json.dumps({"token": token.hex(), "index": _fingerprint(index), "arrays": entries, "size": size}).encode()
+    text = json.dumps({"token": token.hex(), "index": shape, "arrays": entries, "size": size}).encode()
     base = _aligned(len(MAGIC) + 8 + len(text))
     with open(tmp, "wb") as f:
         f.write(MAGIC + len(text).to_bytes(8, "little") + text)
@@ -267,12 +280,79 @@ def save(index: Index, lists: Lists) -> bytes:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    batch = WriteBatch(raw_mode=True)  # the token, and the deletions it holds dropped from the log
+
+
+def _commit(index: Index, token: bytes, held: list[bytes] | None) -> None:
+    """Make the snapshot ``token`` names valid: store the token, and drop from the deletion log the
+    entries it holds (``held``; None: all of them) in the same write."""
+    batch = WriteBatch(raw_mode=True)
     batch.put(TOKEN_KEY, token)
-    batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
+    if held is None:
+        batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
+    else:
+        for key in held:
+            batch.delete(key)
     index.db.write(batch)
-    index.logged_deletions = 0
-    return token
+    index.logged_deletions = 0 if held is None else (index.logged_deletions or 0) - len(held)
+    index.snapshot_generation += 1
+
+
+class BackgroundSnapshot:
+    """A snapshot written by a forked child while the process goes on deciding.
+
+    ``fork()`` gives the child the lists as they are at this moment (copy-on-write: pages the parent
+    changes meanwhile are copied, the rest shared), and it writes them as :func:`save` does, but
+    touches nothing else: no RocksDB, no logging, no Kafka client, then ``os._exit``. The parent
+    notes the index's shape and the deletion log's entries at the fork, and once the child has
+    exited with success (:meth:`poll`), stores the token and drops those entries (the ones logged
+    since stay: a restart applies them after the snapshot). Deciding waits only for the fork
+    (page tables: tens of ms for GBs of lists), not for the ~1-3 s per million articles of writing
+    and syncing the file. If the snapshot was dropped meanwhile (over :data:`MAX_LOGGED_DELETIONS`),
+    or another was committed, the child's file is not made valid.
+    """
+
+    def __init__(self, index: Index) -> None:
+        lists = index.lists()
+        assert not index.lists_behind, "a snapshot is taken between batches"
+        self.began = time.monotonic()
+        self.token = os.urandom(16)
+        self.held = [key for key, _ in index.scan_meta(DELETION_PREFIX)]
+        if index.logged_deletions is None:  # no valid snapshot yet: log the deletions from the fork on
+            index.logged_deletions = len(self.held)
+        self.generation = index.snapshot_generation
+        shape, directory = _fingerprint(index), Path(index.path)
+        pid = os.fork()
+        if pid == 0:  # the child: write the file, and nothing else
+            code = 1
+            try:
+                _write(directory, lists, self.token, shape)
+                code = 0
+            finally:
+                os._exit(code)
+        self.pid: int | None = pid
+
+    def poll(self, index: Index, block: bool = False) -> bool | None:
+        """None while the child writes; then True if the snapshot is written and now valid, False if not."""
+        if self.pid is None:
+            return False
+        pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return None
+        self.pid = None
+        if os.waitstatus_to_exitcode(status) != 0 or index.snapshot_generation != self.generation:
+            return False
+        _commit(index, self.token, self.held)
+        return True
+
+    def cancel(self) -> None:
+        """Stop the child (the process is stopping: its file is never made valid)."""
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.pid = None
 
 
 def _aligned(n: int) -> int:
@@ -280,6 +360,9 @@ def _aligned(n: int) -> int:
 
 
 def _drop_older_files(index: Index) -> None:
-    """Delete the snapshot files of the layouts before this one (never read again: disk only)."""
+    """Delete the snapshot files of the layouts before this one (never read again: disk only), and
+    the unfinished files of writers that were killed."""
     for name in OLDER_FILES:
         (Path(index.path) / name).unlink(missing_ok=True)
+    for tmp in Path(index.path).glob(f"{SNAPSHOT_FILE}.*.tmp"):
+        tmp.unlink(missing_ok=True)

@@ -4,8 +4,9 @@
   can no longer send again are dropped;
 * retention (``--retention``): articles older than the window are evicted every
   :data:`EVICT_INTERVAL` seconds;
-* the snapshot of the index's in-memory lists (``--lists-snapshot-every``): a restart after a
-  crash loads it and files again only the articles indexed since (:mod:`stream_dedup.memory_lists`);
+* the snapshot of the index's in-memory lists (``--lists-snapshot-every``), written by a forked
+  child while the stage goes on deciding, and made valid once written: a restart after a crash
+  loads it and files again only what changed since (:mod:`stream_dedup.lists_snapshot`);
 * the gauges (every :data:`GAUGE_INTERVAL` seconds): articles in the index, its bytes on disk,
   its memory, and the signatures partition's lag behind the committed offset.
 
@@ -55,9 +56,8 @@ class IndexUpkeep:
             if n:
                 self.metrics.evictions.inc(n)
                 log.info("evicted %d articles older than the retention window", n)
-        if self.snapshot_every and now - self._last_snapshot >= self.snapshot_every:
-            self._last_snapshot = now
-            self.snapshot()
+        if self.snapshot_every:
+            self.snapshot(now)
         if now - self._last_gauges >= GAUGE_INTERVAL:
             self._last_gauges = now
             try:
@@ -70,12 +70,20 @@ class IndexUpkeep:
             except Exception:  # noqa: BLE001 - gauges must never break the stage
                 log.debug("gauges failed", exc_info=True)
 
-    def snapshot(self) -> None:
-        """Write the lists' snapshot now (:meth:`~stream_dedup.index.Index.snapshot_lists`): counted,
-        timed and logged; not written while the lists are not loaded (nothing decided yet)."""
-        began = time.monotonic()
-        if self.dedup.index.snapshot_lists():
-            took = time.monotonic() - began
-            self.metrics.lists_snapshots.inc()
-            self.metrics.lists_snapshot_seconds.set(took)
-            log.info("wrote the snapshot of the index's in-memory lists (%d articles) in %.2f s", len(self.dedup), took)
+    def snapshot(self, now: float) -> None:
+        """Start the lists' snapshot once the interval has passed
+        (:meth:`~stream_dedup.index.Index.start_snapshot`), and count, time and log the one that has
+        ended (:meth:`~stream_dedup.index.Index.snapshot_done`)."""
+        index = self.dedup.index
+        done = index.snapshot_done()
+        if done is not None:
+            written, took = done
+            if written:
+                self.metrics.lists_snapshots.inc()
+                self.metrics.lists_snapshot_seconds.set(took)
+                log.info("wrote the snapshot of the index's in-memory lists (%d articles) in %.2f s", len(self.dedup), took)
+            else:
+                log.warning("the snapshot of the index's in-memory lists was not written (see the log before); "
+                            "the next one is due in %.0f s", self.snapshot_every)
+        if now - self._last_snapshot >= self.snapshot_every and index.start_snapshot():
+            self._last_snapshot = now

@@ -140,6 +140,58 @@ def test_a_deletion_replayed_at_its_moment_keeps_a_full_bucket_as_it_was(tmp_pat
         assert _state(d) == expected
 
 
+@pytest.mark.shared_data
+def test_a_background_snapshot_holds_the_lists_at_its_fork(tmp_path: Path, articles, monkeypatch) -> None:
+    """The worker's snapshots are written by a forked child while it goes on deciding: what it holds
+    is the index at the fork, made valid once the child is done, with the deletions logged before the
+    fork dropped from the log and those logged since kept. A crash after it restarts from it: the
+    live lists, decided on as lists built from RocksDB."""
+    d = Deduplicator(EngineConfig(), tmp_path / "a")
+    d.process_batch(articles[:150], now=NOW)
+    assert d.index.snapshot_lists()
+    d.process_batch(articles[150:200], now=NOW)
+    assert d.remove(articles[3].id)                                  # logged, then held by the next snapshot
+    assert d.index.start_snapshot() and not d.index.start_snapshot()  # (one at a time)
+    d.process_batch(articles[200:260], now=NOW)                      # while the child writes
+    assert d.remove(articles[160].id) and d.remove(articles[230].id)  # logged after the fork: kept
+    written, seconds = d.index.snapshot_done(block=True)
+    assert written and seconds >= 0 and d.index.snapshot_done() is None
+    assert len(lists_snapshot._deletions(d.index)) == 2
+    d.process_batch(articles[260:320], now=NOW)
+    expected = _state(d)
+    d.index.snapshot_on_close = False
+    d.close()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    with monkeypatch.context() as m:
+        m.setattr(memory_lists, "build", _no_build)
+        with Deduplicator(EngineConfig(), tmp_path / "a") as d:
+            assert _state(d) == expected
+            loaded = [x.to_event() for x in d.process_batch(articles[320:], now=NOW)]
+    os.remove(tmp_path / "b" / lists_snapshot.SNAPSHOT_FILE)
+    with Deduplicator(EngineConfig(), tmp_path / "b") as d:
+        built = [x.to_event() for x in d.process_batch(articles[320:], now=NOW)]
+    assert loaded == built
+
+
+def test_a_background_snapshot_is_not_made_valid_after_a_drop_or_a_stop(tmp_path: Path, textgen, monkeypatch) -> None:
+    """A snapshot dropped while the child writes (the log over its bound) lost the deletions logged
+    since the fork: the child's file is not made valid. A close while the child writes stops it and
+    writes the snapshot itself."""
+    from stream_dedup.record import Article
+    monkeypatch.setattr(lists_snapshot, "MAX_LOGGED_DELETIONS", 1)
+    d = Deduplicator(EngineConfig(), tmp_path)
+    for i in range(6):
+        d.process(Article(id=f"a{i}", text=textgen.text(textgen.words(i, 300))), now=NOW)
+    assert d.index.snapshot_lists() and d.index.start_snapshot()
+    assert d.remove("a0") and d.remove("a1")                         # the second drops the snapshot
+    assert d.index.snapshot_done(block=True)[0] is False
+    assert d.index.db.get(lists_snapshot.TOKEN_KEY) is None
+    assert d.index.start_snapshot()
+    d.close()                                                        # stops the child, saves itself
+    with Deduplicator(EngineConfig(), tmp_path) as d:
+        assert lists_snapshot.load(d.index) is not None and len(d) == 4
+
+
 def test_the_deletion_log_is_bounded(tmp_path: Path, textgen, monkeypatch) -> None:
     """Past MAX_LOGGED_DELETIONS since the snapshot (snapshots only at close, retention on) the log is
     dropped with the token in the deletion's write: the next open builds the lists."""
@@ -248,9 +300,11 @@ def test_the_snapshot_of_an_older_layout_is_deleted_not_read(tmp_path: Path, tex
     file (never read again) is deleted at the next open."""
     expected = _snapshot(tmp_path, textgen)
     (tmp_path / lists_snapshot.SNAPSHOT_FILE).rename(tmp_path / "memory-lists-2.npz")
+    orphan = tmp_path / f"{lists_snapshot.SNAPSHOT_FILE}.4242.tmp"  # left by a writer that was killed
+    orphan.write_bytes(b"half a snapshot")
     with Deduplicator(EngineConfig(), tmp_path) as d:
         assert _state(d) == expected
-        assert not (tmp_path / "memory-lists-2.npz").exists()
+        assert not (tmp_path / "memory-lists-2.npz").exists() and not orphan.exists()
     assert (tmp_path / lists_snapshot.SNAPSHOT_FILE).exists()
 
 
@@ -263,7 +317,7 @@ def test_a_snapshot_keeps_every_array_exactly(tmp_path: Path) -> None:
     arrays = {"a": rng.integers(0, 2**63, 1000, dtype=np.uint64), "b": np.zeros(0, dtype=np.int32),
               "c": rng.integers(0, 255, 63, dtype=np.uint8), "d": rng.integers(-5, 5, (7, 3), dtype=np.int64)}
     tables = SimpleNamespace(settle=lambda: None, **arrays)
-    index = SimpleNamespace(path=tmp_path, count=3, next_seq=4, banding=(16, 8), max_bucket=100,
+    index = SimpleNamespace(path=tmp_path, count=3, next_seq=4, banding=(16, 8), max_bucket=100, snapshot_generation=0,
                             db=SimpleNamespace(write=lambda batch: None))
     parts = lists_snapshot._parts
     lists_snapshot._parts = lambda _lists: [("", tables, tuple(arrays))]
