@@ -191,8 +191,12 @@ class ComputeProcess:
         fut = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         data = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
-        self._writer.write(_LEN.pack(len(data)) + data)
-        await self._writer.drain()
+        try:
+            self._writer.write(_LEN.pack(len(data)) + data)
+            await self._writer.drain()
+        except ConnectionError as exc:  # the child died before the read loop saw its end: the same failure
+            self._fail(RuntimeError(f"fingerprint process {self.proc.pid} failed: {exc!r} "
+                                    f"(exit code {self.proc.exitcode})"))
         return await fut
 
     def close(self) -> None:
