@@ -546,22 +546,22 @@ class Index:
         return True
 
     def start_snapshot(self) -> bool:
-        """Start writing the lists' snapshot in a forked child while this process goes on
+        """Write the lists' snapshot, its sync to disk in a thread while this process goes on
         (:class:`~stream_dedup.lists_snapshot.BackgroundSnapshot`); :meth:`snapshot_done` makes it
-        valid once written. False if the lists are not loaded, a batch is under way or one is still
-        being written."""
+        valid once synced. False if the lists are not loaded, a batch is under way, one is still
+        being synced, or the file could not be written (logged)."""
         if self.lists_behind or self._lists is None or self._snapshot_writer is not None:
             return False
         try:
             self._snapshot_writer = lists_snapshot.BackgroundSnapshot(self)
-        except OSError as exc:  # (fork refused: out of memory or processes)
-            log.warning("could not start writing the in-memory lists' snapshot: %s", exc)
+        except OSError as exc:
+            log.warning("could not write the in-memory lists' snapshot in %s: %s", self.path, exc)
             return False
         return True
 
-    def snapshot_done(self, block: bool = False) -> tuple[bool, float] | None:
+    def snapshot_done(self, block: bool = False) -> tuple[bool, float, float] | None:
         """None while no background snapshot has ended since the last call; else (written and now
-        valid, seconds since it began)."""
+        valid, seconds from its start to now, seconds the caller waited for the file's write)."""
         writer = self._snapshot_writer
         if writer is None:
             return None
@@ -569,7 +569,7 @@ class Index:
         if written is None:
             return None
         self._snapshot_writer = None
-        return written, time.monotonic() - writer.began
+        return written, time.monotonic() - writer.began, writer.paused
 
     def _stop_snapshot_writer(self) -> None:
         if self._snapshot_writer is not None:

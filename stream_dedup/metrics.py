@@ -73,11 +73,14 @@ class Metrics:
             registry=r)
         self.lists_snapshots = Counter(
             "stream_dedup_lists_snapshots", "Decision stage: snapshots of the index's in-memory lists written "
-            "(every --lists-snapshot-every seconds, by a forked child): a restart after a crash loads the "
-            "latest and files again only what changed since.", registry=r)
+            "(every --lists-snapshot-every seconds): a restart after a crash loads the latest and files again "
+            "only what changed since.", registry=r)
         self.lists_snapshot_seconds = Gauge(
             "stream_dedup_lists_snapshot_seconds", "Decision stage: how long the last snapshot of the in-memory "
-            "lists took, from the fork to the file written and synced (the stage goes on deciding).", registry=r)
+            "lists took, until its file was synced to disk (the sync runs while the stage decides).", registry=r)
+        self.lists_snapshot_pause_seconds = Gauge(
+            "stream_dedup_lists_snapshot_pause_seconds", "Decision stage: how long the stage decided nothing "
+            "for the last snapshot (its file written to the page cache).", registry=r)
         self.decision_stage_restarts = Counter(
             "stream_dedup_decision_stage_restarts", "Times the worker restarted its decision stage process "
             "(it exited: a crash, or a fatal Kafka client error such as a fenced consumer).", registry=r)

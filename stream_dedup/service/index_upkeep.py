@@ -4,9 +4,10 @@
   can no longer send again are dropped;
 * retention (``--retention``): articles older than the window are evicted every
   :data:`EVICT_INTERVAL` seconds;
-* the snapshot of the index's in-memory lists (``--lists-snapshot-every``), written by a forked
-  child while the stage goes on deciding, and made valid once written: a restart after a crash
-  loads it and files again only what changed since (:mod:`stream_dedup.lists_snapshot`);
+* the snapshot of the index's in-memory lists (``--lists-snapshot-every``): its file written in
+  the stage's turn, synced to disk in a thread while the stage goes on deciding, and made valid
+  once synced: a restart after a crash loads it and files again only what changed since
+  (:mod:`stream_dedup.lists_snapshot`);
 * the gauges (every :data:`GAUGE_INTERVAL` seconds): articles in the index, its bytes on disk,
   its memory, and the signatures partition's lag behind the committed offset.
 
@@ -77,11 +78,13 @@ class IndexUpkeep:
         index = self.dedup.index
         done = index.snapshot_done()
         if done is not None:
-            written, took = done
+            written, took, paused = done
             if written:
                 self.metrics.lists_snapshots.inc()
                 self.metrics.lists_snapshot_seconds.set(took)
-                log.info("wrote the snapshot of the index's in-memory lists (%d articles) in %.2f s", len(self.dedup), took)
+                self.metrics.lists_snapshot_pause_seconds.set(paused)
+                log.info("wrote the snapshot of the index's in-memory lists (%d articles) in %.2f s, deciding "
+                         "nothing for %.2f s of it", len(self.dedup), took, paused)
             else:
                 log.warning("the snapshot of the index's in-memory lists was not written (see the log before); "
                             "the next one is due in %.0f s", self.snapshot_every)

@@ -141,21 +141,21 @@ def test_a_deletion_replayed_at_its_moment_keeps_a_full_bucket_as_it_was(tmp_pat
 
 
 @pytest.mark.shared_data
-def test_a_background_snapshot_holds_the_lists_at_its_fork(tmp_path: Path, articles, monkeypatch) -> None:
-    """The worker's snapshots are written by a forked child while it goes on deciding: what it holds
-    is the index at the fork, made valid once the child is done, with the deletions logged before the
-    fork dropped from the log and those logged since kept. A crash after it restarts from it: the
-    live lists, decided on as lists built from RocksDB."""
+def test_a_background_snapshot_holds_the_lists_when_it_began(tmp_path: Path, articles, monkeypatch) -> None:
+    """The worker's snapshots are synced to disk in a thread while it goes on deciding: what one
+    holds is the index when it began, made valid once synced, with the deletions logged before it
+    dropped from the log and those logged since kept. A crash after it restarts from it: the live
+    lists, decided on as lists built from RocksDB."""
     d = Deduplicator(EngineConfig(), tmp_path / "a")
     d.process_batch(articles[:150], now=NOW)
     assert d.index.snapshot_lists()
     d.process_batch(articles[150:200], now=NOW)
     assert d.remove(articles[3].id)                                  # logged, then held by the next snapshot
     assert d.index.start_snapshot() and not d.index.start_snapshot()  # (one at a time)
-    d.process_batch(articles[200:260], now=NOW)                      # while the child writes
-    assert d.remove(articles[160].id) and d.remove(articles[230].id)  # logged after the fork: kept
-    written, seconds = d.index.snapshot_done(block=True)
-    assert written and seconds >= 0 and d.index.snapshot_done() is None
+    d.process_batch(articles[200:260], now=NOW)                      # while it is synced
+    assert d.remove(articles[160].id) and d.remove(articles[230].id)  # logged after it began: kept
+    written, seconds, paused = d.index.snapshot_done(block=True)
+    assert written and seconds >= paused >= 0 and d.index.snapshot_done() is None
     assert len(lists_snapshot._deletions(d.index)) == 2
     d.process_batch(articles[260:320], now=NOW)
     expected = _state(d)
@@ -174,9 +174,9 @@ def test_a_background_snapshot_holds_the_lists_at_its_fork(tmp_path: Path, artic
 
 
 def test_a_background_snapshot_is_not_made_valid_after_a_drop_or_a_stop(tmp_path: Path, textgen, monkeypatch) -> None:
-    """A snapshot dropped while the child writes (the log over its bound) lost the deletions logged
-    since the fork: the child's file is not made valid. A close while the child writes stops it and
-    writes the snapshot itself."""
+    """A snapshot dropped while the file is synced (the log over its bound) lost the deletions logged
+    since it began: it is not made valid. A close while one is synced waits for it and writes the
+    snapshot itself."""
     from stream_dedup.record import Article
     monkeypatch.setattr(lists_snapshot, "MAX_LOGGED_DELETIONS", 1)
     d = Deduplicator(EngineConfig(), tmp_path)
@@ -187,7 +187,7 @@ def test_a_background_snapshot_is_not_made_valid_after_a_drop_or_a_stop(tmp_path
     assert d.index.snapshot_done(block=True)[0] is False
     assert d.index.db.get(lists_snapshot.TOKEN_KEY) is None
     assert d.index.start_snapshot()
-    d.close()                                                        # stops the child, saves itself
+    d.close()                                                        # waits for it, saves itself
     with Deduplicator(EngineConfig(), tmp_path) as d:
         assert lists_snapshot.load(d.index) is not None and len(d) == 4
 

@@ -68,11 +68,11 @@ def test_a_failing_gauge_does_not_stop_the_stage() -> None:
     assert index.evicted == 0  # no retention configured
 
 
-def test_the_lists_snapshot_is_written_on_its_interval_by_a_child(tmp_path) -> None:
-    """With ``--lists-snapshot-every``, the upkeep starts the lists' snapshot of a real index once the
-    interval has passed, in a forked child, and a later turn makes it valid, counts and times it on
-    /metrics; not before the interval, and not again until the next (a crash then restarts from it:
-    tests/engine/test_lists_snapshot.py)."""
+def test_the_lists_snapshot_is_written_on_its_interval_and_synced_meanwhile(tmp_path) -> None:
+    """With ``--lists-snapshot-every``, the upkeep writes the lists' snapshot of a real index once the
+    interval has passed, its sync in a thread, and a later turn makes it valid, counts and times it
+    on /metrics; not before the interval, and not again until the next (a crash then restarts from
+    it: tests/engine/test_lists_snapshot.py)."""
     import time
 
     from stream_dedup import lists_snapshot
@@ -89,7 +89,7 @@ def test_the_lists_snapshot_is_written_on_its_interval_by_a_child(tmp_path) -> N
         upkeep.run(None, None, "sig")
         assert dedup.index._snapshot_writer is None and dedup.index.db.get(lists_snapshot.TOKEN_KEY) is None
         t[0] += 1
-        upkeep.run(None, None, "sig")  # started: the child writes while the stage goes on
+        upkeep.run(None, None, "sig")  # started: synced while the stage goes on
         assert dedup.index._snapshot_writer is not None
         deadline = time.monotonic() + 30
         while _value(metrics.lists_snapshots) == 0:
