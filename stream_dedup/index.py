@@ -254,21 +254,15 @@ class Index:
     def scan(self, prefix: bytes, start: bytes = b""):
         """``(key, value)`` of the points family's keys that start with ``prefix``, in key order
         (from ``prefix + start`` on)."""
-        it = self._points.iter(self._ordered_read)
-        it.seek(prefix + start)
-        n = len(prefix)
-        while it.valid():
-            key = it.key()
-            if key[:n] != prefix:
-                break
-            yield key, it.value()
-            it.next()
-        del it
+        return self._scan(self._points, prefix, start)
 
     def scan_meta(self, prefix: bytes):
         """``(key, value)`` of the default family's keys that start with ``prefix``, in key order."""
-        it = self.db.iter(self._ordered_read)
-        it.seek(prefix)
+        return self._scan(self.db, prefix)
+
+    def _scan(self, family: Rdict, prefix: bytes, start: bytes = b""):
+        it = family.iter(self._ordered_read)
+        it.seek(prefix + start)
         n = len(prefix)
         while it.valid():
             key = it.key()

@@ -65,6 +65,14 @@ def test_a_crash_after_a_snapshot_restarts_from_it_and_the_articles_indexed_sinc
     assert d.index.snapshot_lists()
     d.process_batch(articles[200:300], now=NOW)
     d.process_batch(articles[300:400], now=NOW)   # (two batches after it: exact copies and new articles)
+    loaded, built = _crash_and_restart(d, tmp_path, articles[400:], monkeypatch)
+    assert loaded == built and any(e["type"] == "duplicate-of" for e in loaded)
+
+
+def _crash_and_restart(d: Deduplicator, tmp_path: Path, more: list, monkeypatch) -> tuple[list, list]:
+    """Stop ``d`` (open on ``tmp_path / "a"``) as a crash would, then decide ``more`` on it reopened
+    (its lists must come from the snapshot, and be the live ones) and on a copy whose lists are
+    built from RocksDB: the events of each."""
     expected = _state(d)
     d.index.snapshot_on_close = False              # as a crash would: no snapshot at the end
     d.close()
@@ -73,12 +81,12 @@ def test_a_crash_after_a_snapshot_restarts_from_it_and_the_articles_indexed_sinc
         m.setattr(memory_lists, "build", _no_build)
         with Deduplicator(EngineConfig(), tmp_path / "a") as d:
             assert _state(d) == expected
-            loaded = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
+            loaded = [x.to_event() for x in d.process_batch(more, now=NOW)]
     os.remove(tmp_path / "b" / lists_snapshot.SNAPSHOT_FILE)
     with Deduplicator(EngineConfig(), tmp_path / "b") as d:
         assert _state(d) == expected
-        built = [x.to_event() for x in d.process_batch(articles[400:], now=NOW)]
-    assert loaded == built and any(e["type"] == "duplicate-of" for e in loaded)
+        built = [x.to_event() for x in d.process_batch(more, now=NOW)]
+    return loaded, built
 
 
 @pytest.mark.shared_data
@@ -158,18 +166,7 @@ def test_a_background_snapshot_holds_the_lists_when_it_began(tmp_path: Path, art
     assert written and seconds >= paused >= 0 and d.index.snapshot_done() is None
     assert len(lists_snapshot._deletions(d.index)) == 2
     d.process_batch(articles[260:320], now=NOW)
-    expected = _state(d)
-    d.index.snapshot_on_close = False
-    d.close()
-    shutil.copytree(tmp_path / "a", tmp_path / "b")
-    with monkeypatch.context() as m:
-        m.setattr(memory_lists, "build", _no_build)
-        with Deduplicator(EngineConfig(), tmp_path / "a") as d:
-            assert _state(d) == expected
-            loaded = [x.to_event() for x in d.process_batch(articles[320:], now=NOW)]
-    os.remove(tmp_path / "b" / lists_snapshot.SNAPSHOT_FILE)
-    with Deduplicator(EngineConfig(), tmp_path / "b") as d:
-        built = [x.to_event() for x in d.process_batch(articles[320:], now=NOW)]
+    loaded, built = _crash_and_restart(d, tmp_path, articles[320:], monkeypatch)
     assert loaded == built
 
 
