@@ -25,10 +25,11 @@ opening such an index drops them (their content is now in memory).
 ``seq`` is a dense internal number given in arrival order. The LSH buckets are not in RocksDB: they
 are derived from the records' signatures and kept in a :class:`~stream_dedup.band_table.BandTable`
 (at most ``max_bucket`` members each, the newest kept), loaded from the latest snapshot (written at
-close and by :meth:`Index.snapshot_lists`) with the articles indexed after it filed again, or built
-from the records, when the index is first used after opening (:attr:`Index.buckets`,
-:mod:`stream_dedup.memory_lists`, :mod:`stream_dedup.lists_snapshot`) and updated after each write that RocksDB accepted, so a crash
-loses nothing that is not rebuilt from the records. The permuted SimHash tables are kept the same
+close, by :meth:`Index.snapshot_lists` and :meth:`Index.start_snapshot`) with what changed since
+applied, or built from the records, when the index is first used after opening
+(:attr:`Index.buckets`, :mod:`stream_dedup.lists_snapshot`, :mod:`stream_dedup.memory_lists`), and
+updated after each write that RocksDB accepted, so a crash loses nothing that is not rebuilt from
+the records. The permuted SimHash tables are kept the same
 way (:class:`~stream_dedup.simhash_table.SimhashTable`, rebuilt from the records' SimHash).
 
 The article record packs first-seen time, SimHash, set size, exact

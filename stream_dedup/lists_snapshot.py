@@ -4,7 +4,7 @@ The in-memory lists (:mod:`stream_dedup.memory_lists`) are derived from RocksDB,
 reads every article record: 7-15 s per million articles on the 2-core benchmark machines (README,
 Scale). So a snapshot of them is written to one file, ``memory-lists-3.bin`` in the index directory, when
 the index is closed and, in a long-running process, now and then
-(:meth:`~stream_dedup.index.Index.snapshot_lists`: the worker's ``--lists-snapshot-every``); then a
+(:meth:`~stream_dedup.index.Index.start_snapshot`: the worker's ``--lists-snapshot-every``); then a
 random token naming that file is stored in RocksDB (``Mlists``).
 
 Opening loads the file only if RocksDB holds the same token, then files again the articles indexed
@@ -78,7 +78,6 @@ MAX_LOGGED_DELETIONS = 100_000
 _LIST_ARRAYS = ("slot_keys", "slot_head", "node_seq", "node_next", "meta")
 
 
-
 def _fingerprint(index: Index) -> list[int]:
     """What a snapshot must agree with: the article count, the next seq and the bucket shape."""
     return [int(x) for x in (index.count, index.next_seq, *index.banding, index.max_bucket)]
@@ -129,9 +128,9 @@ def _load(index: Index, path: Path, token: bytes) -> Lists | None:
     count, next_seq = shape[:2]
     # the same bucket shape, and since the snapshot the articles of the seqs after it added and those
     # of the deletion log deleted
-    log = _deletions(index)
+    deletions = _deletions(index)
     if shape[2:] != _fingerprint(index)[2:] or next_seq > index.next_seq \
-            or index.count - count != index.next_seq - next_seq - len(log):
+            or index.count - count != index.next_seq - next_seq - len(deletions):
         return None
     lists = Lists(BandTable(*index.banding, index.max_bucket, slots=1, nodes=1),
                   MemberLists(UNCAPPED, slots=1, nodes=1), SimhashTable(index.tables.key_masks, slots=1))
@@ -139,9 +138,9 @@ def _load(index: Index, path: Path, token: bytes) -> Lists | None:
         for name in names:
             setattr(table, name, arrays[prefix + name])
         table.loaded()
-    if not _replay(index, lists, next_seq, log):
+    if not _replay(index, lists, next_seq, deletions):
         return None
-    index.logged_deletions = len(log)
+    index.logged_deletions = len(deletions)
     return lists
 
 
@@ -372,5 +371,7 @@ def _drop_older_files(index: Index) -> None:
     the unfinished files of writers that were killed."""
     for name in OLDER_FILES:
         (Path(index.path) / name).unlink(missing_ok=True)
+    own = f"{SNAPSHOT_FILE}.{os.getpid()}.tmp"  # (this process's may be syncing: lists dropped and loaded again)
     for tmp in Path(index.path).glob(f"{SNAPSHOT_FILE}.*.tmp"):
-        tmp.unlink(missing_ok=True)
+        if tmp.name != own:
+            tmp.unlink(missing_ok=True)
