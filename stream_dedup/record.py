@@ -7,7 +7,9 @@ file or dead-letter topic with that reason and never stop on it.
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +18,7 @@ import orjson
 from .config import EngineConfig
 
 REJECT_REASONS = ("invalid_json", "invalid_utf8", "not_an_object", "missing_id", "missing_text",
-                  "wrong_type", "too_large")
+                  "wrong_type", "too_large", "duplicate_field")
 #: adapters' reason for a valid record whose processing raised (the run goes on)
 PROCESSING_ERROR = "processing_error"
 
@@ -117,6 +119,36 @@ def parse_record(raw: bytes | str, config: EngineConfig) -> Article:
         if "surrogate" in str(e).lower():
             raise RecordError("invalid_utf8", f"record is not valid Unicode: {e}") from None
         raise RecordError("invalid_json", f"record is not valid JSON: {e}") from None
-    if isinstance(obj, dict) and isinstance(obj.get(config.id_field), float):
-        obj = json.loads(raw)  # orjson reads integers beyond 64 bits as floats; keep such ids exact
+    if isinstance(obj, dict):
+        found = _field_names(config.id_field, config.text_field, config.html_field, isinstance(raw, bytes)).findall(raw)
+        if len(found) > 1 and len(set(found)) < len(found):  # a name seen twice: as a key twice, or in a value too?
+            _refuse_repeated_fields(raw, config)
+        if isinstance(obj.get(config.id_field), float):
+            obj = json.loads(raw)  # orjson reads integers beyond 64 bits as floats; keep such ids exact
     return article_from_object(obj, config)
+
+
+@functools.lru_cache(maxsize=8)
+def _field_names(*fields_then_as_bytes: str | bool) -> re.Pattern:
+    """A pattern of the field names as they appear quoted in a record (``"id"``), for bytes if the
+    last argument is true (one scan of a record: ~1.4 us for 2.8 kB, where a count per name took 4)."""
+    *fields, as_bytes = fields_then_as_bytes
+    text = "|".join(re.escape(json.dumps(f)) for f in fields)
+    return re.compile(text.encode() if as_bytes else text)
+
+
+def _refuse_repeated_fields(raw: bytes | str, config: EngineConfig) -> None:
+    """Raise ``duplicate_field`` if the record's object gives its id, text or HTML field twice (JSON
+    parsers keep one of them silently: which article was meant is unknown). Run only when such a
+    name occurs twice in the raw record, as a key or in a value."""
+    top: list = []
+
+    def pairs(items: list) -> dict:
+        top[:] = items  # the outermost object is the last one built
+        return dict(items)
+
+    json.loads(raw, object_pairs_hook=pairs)
+    keys = [k for k, _ in top]
+    for name in (config.id_field, config.text_field, config.html_field):
+        if keys.count(name) > 1:
+            raise RecordError("duplicate_field", f"record gives its {name!r} field {keys.count(name)} times")

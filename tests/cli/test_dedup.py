@@ -54,6 +54,7 @@ BAD_LINES = [
     (b"   \t", "blank"),
     (b'["an", "array"]', "not_an_object"),
     (b'{"id": "wrong-type", "text": 12345}', "wrong_type"),
+    (b'{"id": "twice", "id": "twice-again", "text": "which id?"}', "duplicate_field"),
 ]
 
 

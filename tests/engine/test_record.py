@@ -54,6 +54,9 @@ def reason_of(raw: bytes | str, config: EngineConfig = CONFIG) -> str:
     (b'{"id": "a", "text": "body", "title": {"t": 1}}', "wrong_type"),
     (b'{"id": "a", "text": "body", "url": ["u"]}', "wrong_type"),
     (b'{"id": "a", "text": "body", "source": true}', "wrong_type"),
+    (b'{"id": "a", "id": "b", "text": "body"}', "duplicate_field"),     # which article is it?
+    (b'{"id": "a", "text": "one", "text": "two"}', "duplicate_field"),
+    (b'{"id": "a", "html": "<p>one</p>", "html": "<p>two</p>"}', "duplicate_field"),
 ])
 def test_reject_reasons(raw: bytes, reason: str) -> None:
     assert reason_of(raw) == reason
@@ -63,7 +66,7 @@ def test_every_reason_is_reachable() -> None:
     small = EngineConfig(max_text_bytes=10)
     seen = {reason_of(b"{"), reason_of(b"\xff"), reason_of(b"[]"), reason_of(b'{"text": "x"}'),
             reason_of(b'{"id": "a"}'), reason_of(b'{"id": [], "text": "x"}'),
-            reason_of(b'{"id": "a", "text": "01234567890"}', small)}
+            reason_of(b'{"id": "a", "text": "01234567890"}', small), reason_of(b'{"id": "a", "id": "b", "text": "x"}')}
     assert seen == set(REJECT_REASONS)
 
 
@@ -162,3 +165,21 @@ def test_arbitrary_objects_parse_or_reject(obj: dict) -> None:
     else:
         assert art.id == str(obj["id"])
         assert art.text in (obj.get("text"), obj.get("html"))
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"id": "a", "text": "body", "meta": {"id": 1, "id": 2}}',        # a nested object's own keys
+    b'{"id": "a", "text": "the \\"id\\" and the \\"text\\"", "source": "id"}',  # the names in values
+    '{"id": "a", "text": "body", "tags": ["text", "html", "id"]}',     # (a str record)
+])
+def test_field_names_seen_twice_but_not_as_repeated_keys_are_accepted(raw) -> None:
+    article = parse_record(raw, EngineConfig())
+    assert article.id == "a" and article.text
+
+
+def test_a_repeated_field_is_found_with_other_field_names() -> None:
+    config = EngineConfig(id_field="uid", text_field="body")
+    with pytest.raises(RecordError) as err:
+        parse_record(b'{"uid": "a", "body": "x", "uid": "b"}', config)
+    assert err.value.reason == "duplicate_field" and "'uid'" in str(err.value)
+    assert parse_record(b'{"uid": "a", "body": "x", "id": "b", "id": "c"}', config).id == "a"  # not a field it reads

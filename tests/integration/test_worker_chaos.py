@@ -242,20 +242,20 @@ def test_decision_owner_killed_and_third_worker_joining(kio, kafka_topics, worke
 
 
 def test_flood_of_bad_records_all_reach_the_dlq(kio, kafka_topics, worker_topics, start_worker, tmp_path):
-    """Thousands of bad records of many kinds among good ones; a 5 MB record becomes a reference."""
+    """10,000 bad records of 13 kinds among 200 good ones; a 5 MB record becomes a reference."""
     t = worker_topics
     kafka_topics([t.input], partitions=PARTITIONS, config={"max.message.bytes": str(8 * 1024 * 1024)})
     kinds = [b"not json", b"[1, 2]", b'{"text": "no id"}', b'{"id": "", "text": "x"}', b'{"id": null, "text": "x"}',
              b'{"id": "nt"}', b'{"id": "wt", "text": 5}', b'{"id": "u", "text": "\xff\xfe"}', b"\x00\x00\x00",
              b"[" * 5000 + b"]" * 5000, b'{"id": "' + b"i" * 20000 + b'", "text": "huge id"}',
-             b'{"id": "c", "text": "ctrl \x01\x02 chars"}']
+             b'{"id": "c", "text": "ctrl \x01\x02 chars"}', b'{"id": "d", "id": "e", "text": "two ids"}']
     records: list[tuple[bytes, bytes]] = []
     good = kio.synthetic_records(200, variants_per_story=1)
     n_bad = 0
-    for i in range(4000):
+    for i in range(10000):
         records.append((f"b{i}".encode(), kinds[i % len(kinds)]))
         n_bad += 1
-        if i % 20 == 0 and good:
+        if i % 50 == 0 and good:
             rid, _c, value = good.pop()
             records.append((rid.encode(), value))
     records.append((b"huge", b'{"id": "huge", "text": "' + b"x" * (5 * 1024 * 1024) + b'"}'))

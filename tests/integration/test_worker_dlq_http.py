@@ -27,6 +27,7 @@ BAD = [
     (json.dumps({"id": "too-big", "text": "x" * 5000}).encode(), "too_large"),
     (b'{"id": "bad-utf8", "text": "caf\xe9 au lait \xff\xfe"}', "invalid_utf8"),
     (b"[1, 2, 3]", "not_an_object"),
+    (b'{"id": "twice", "text": "one", "text": "two"}', "duplicate_field"),
 ]
 
 
