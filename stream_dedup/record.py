@@ -147,7 +147,10 @@ def _refuse_repeated_fields(raw: bytes | str, config: EngineConfig) -> None:
         top[:] = items  # the outermost object is the last one built
         return dict(items)
 
-    json.loads(raw, object_pairs_hook=pairs)
+    try:
+        json.loads(raw, object_pairs_hook=pairs)
+    except RecursionError:  # orjson reads deeper (1,024 levels) than the json module
+        raise RecordError("invalid_json", "record is nested too deeply to check it for repeated fields") from None
     keys = [k for k, _ in top]
     for name in (config.id_field, config.text_field, config.html_field):
         if keys.count(name) > 1:

@@ -177,6 +177,14 @@ def test_field_names_seen_twice_but_not_as_repeated_keys_are_accepted(raw) -> No
     assert article.id == "a" and article.text
 
 
+def test_a_record_too_deep_to_check_for_repeated_fields_is_refused_cleanly() -> None:
+    """orjson reads 1,024 levels, the json module that reads the keys of a suspect record fewer: such
+    a record is invalid_json, not an exception out of the parser."""
+    deep = b"[" * 1000 + b"]" * 1000
+    assert reason_of(b'{"id": "a", "text": "x", "n": ' + deep + b', "id": "b"}') == "invalid_json"
+    assert parse_record(b'{"id": "a", "text": "x", "n": ' + deep + b'}', EngineConfig()).id == "a"  # no name twice
+
+
 def test_a_repeated_field_is_found_with_other_field_names() -> None:
     config = EngineConfig(id_field="uid", text_field="body")
     with pytest.raises(RecordError) as err:
