@@ -120,8 +120,9 @@ def parse_record(raw: bytes | str, config: EngineConfig) -> Article:
             raise RecordError("invalid_utf8", f"record is not valid Unicode: {e}") from None
         raise RecordError("invalid_json", f"record is not valid JSON: {e}") from None
     if isinstance(obj, dict):
-        found = _field_names(config.id_field, config.text_field, config.html_field, isinstance(raw, bytes)).findall(raw)
-        if len(found) > 1 and len(set(found)) < len(found):  # a name seen twice: as a key twice, or in a value too?
+        found = _field_names(config.id_field, config.text_field, config.html_field, type(raw) is bytes).findall(raw)
+        # a name seen twice: as a key twice, or in a value too? (most records: two names, id and text)
+        if len(found) > 1 and (found[0] == found[1] if len(found) == 2 else len(set(found)) < len(found)):
             _refuse_repeated_fields(raw, config)
         if isinstance(obj.get(config.id_field), float):
             obj = json.loads(raw)  # orjson reads integers beyond 64 bits as floats; keep such ids exact
