@@ -296,6 +296,10 @@ class Deduplicator:
     def disk_bytes(self) -> int:
         return self.index.disk_bytes()
 
+    def snapshot_bytes(self) -> int:
+        """Bytes of the in-memory lists' snapshot files beside the index (:meth:`Index.snapshot_bytes`)."""
+        return self.index.snapshot_bytes()
+
     def memory_stats(self) -> dict[str, int]:
         """RocksDB's memory budget, block cache usage and hit/miss counts (see :meth:`Index.memory_stats`)."""
         return self.index.memory_stats()

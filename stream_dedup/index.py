@@ -514,11 +514,16 @@ class Index:
         return out
 
     def disk_bytes(self) -> int:
-        total = 0
-        for entry in os.scandir(self.path):
-            if entry.is_file():
-                total += entry.stat().st_size
-        return total
+        """Bytes of the RocksDB index on disk: every file of its directory but the lists' snapshot
+        (:meth:`snapshot_bytes`)."""
+        return sum(entry.stat().st_size for entry in os.scandir(self.path)
+                   if entry.is_file() and not entry.name.startswith(lists_snapshot.SNAPSHOT_FILE))
+
+    def snapshot_bytes(self) -> int:
+        """Bytes of the in-memory lists' snapshot files in the index directory (the latest, and the
+        next one while it is written)."""
+        return sum(entry.stat().st_size for entry in os.scandir(self.path)
+                   if entry.is_file() and entry.name.startswith(lists_snapshot.SNAPSHOT_FILE))
 
     def flush(self) -> None:
         for name in (_POINTS, _TIME):

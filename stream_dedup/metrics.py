@@ -45,7 +45,11 @@ class Metrics:
         self.index_articles = Gauge(
             "stream_dedup_index_articles", "Articles currently held in the index.", registry=r)
         self.index_size_bytes = Gauge(
-            "stream_dedup_index_size_bytes", "Size of the RocksDB index on disk.", registry=r)
+            "stream_dedup_index_size_bytes", "Size of the RocksDB index on disk (the lists' snapshot apart).",
+            registry=r)
+        self.lists_snapshot_bytes = Gauge(
+            "stream_dedup_lists_snapshot_bytes", "Size on disk of the in-memory lists' snapshot files beside the "
+            "index (the latest, and the next one while it is written).", registry=r)
         self.evictions = Counter(
             "stream_dedup_evicted_articles", "Articles evicted by the retention window.", registry=r)
         self.consumer_lag = Gauge(

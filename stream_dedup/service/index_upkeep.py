@@ -64,6 +64,7 @@ class IndexUpkeep:
             try:
                 self.metrics.index_articles.set(len(self.dedup))
                 self.metrics.index_size_bytes.set(self.dedup.disk_bytes())
+                self.metrics.lists_snapshot_bytes.set(self.dedup.snapshot_bytes())
                 self.metrics.observe_memory(self.dedup.memory_stats())
                 high = end_offset() if end_offset is not None and committed is not None else None
                 if high is not None and high >= 0:

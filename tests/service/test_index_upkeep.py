@@ -20,6 +20,9 @@ class Index:
             raise OSError("disk gone")
         return 4096
 
+    def snapshot_bytes(self) -> int:
+        return 1024
+
     def memory_stats(self) -> dict:
         return dict.fromkeys(("memory_budget_bytes", "block_cache_usage_bytes", "band_table_bytes",
                               "passage_lists_bytes", "simhash_table_bytes", "block_cache_hits",
@@ -48,6 +51,7 @@ def test_retention_runs_on_its_interval_and_the_gauges_follow_the_index() -> Non
     upkeep.run(120, lambda: 150, "sig")
     assert index.evicted == 0  # not before the first interval
     assert _value(metrics.index_articles) == 40 and _value(metrics.index_size_bytes) == 4096
+    assert _value(metrics.lists_snapshot_bytes) == 1024
     assert metrics.consumer_lag.labels("sig", "0")._value.get() == 30
     t[0] += EVICT_INTERVAL
     upkeep.run(150, None, "sig")  # not owned here: the lag gauge is left alone
@@ -99,5 +103,8 @@ def test_the_lists_snapshot_is_written_on_its_interval_and_synced_meanwhile(tmp_
             upkeep.run(None, None, "sig")
         assert dedup.index.db.get(lists_snapshot.TOKEN_KEY) is not None
         assert (tmp_path / lists_snapshot.SNAPSHOT_FILE).exists() and _value(metrics.lists_snapshot_seconds) > 0
+        size = (tmp_path / lists_snapshot.SNAPSHOT_FILE).stat().st_size
+        assert dedup.snapshot_bytes() == size and dedup.disk_bytes() > 0
+        assert dedup.disk_bytes() + size == sum(f.stat().st_size for f in tmp_path.iterdir() if f.is_file())
         upkeep.run(None, None, "sig")
         assert dedup.index._snapshot_writer is None  # not again before the next interval
