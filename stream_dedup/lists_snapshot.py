@@ -113,9 +113,15 @@ def load(index: Index) -> Lists | None:
 def drop(index: Index) -> None:
     """Forget the snapshot: its token and its deletion log."""
     batch = WriteBatch(raw_mode=True)
+    _forget(index, batch)
+    index.db.write(batch)
+
+
+def _forget(index: Index, batch: WriteBatch) -> None:
+    """Put in ``batch`` the deletion of the snapshot's token and of its deletion log; from now on no
+    snapshot is valid (nothing is logged, and one being written is not made valid)."""
     batch.delete(TOKEN_KEY)
     batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
-    index.db.write(batch)
     index.logged_deletions = None
     index.snapshot_generation += 1
 
@@ -177,10 +183,7 @@ def log_deletion(index: Index, batch: WriteBatch, art: StoredArticle, added: byt
     if index.logged_deletions is None:
         return
     if index.logged_deletions >= MAX_LOGGED_DELETIONS:
-        batch.delete(TOKEN_KEY)
-        batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
-        index.logged_deletions = None
-        index.snapshot_generation += 1
+        _forget(index, batch)
         return
     head = _RECORD.pack(art.first_seen, art.simhash, art.n_shingles, FLAG_INDEXED if art.indexed else 0, art.exact)
     batch.put(DELETION_PREFIX + index.next_seq.to_bytes(8, "big") + art.seq.to_bytes(8, "big"),
