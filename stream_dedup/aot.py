@@ -72,17 +72,22 @@ def _warm_up() -> None:
     simhash.add_many(tables.permute_many(np.arange(3, dtype=np.uint64)), np.arange(3, dtype=np.uint32))
     simhash.remove(tables.permute_array(1), 1)
     with tempfile.TemporaryDirectory(prefix="stream-dedup-aot-") as tmp:
-        dedup = Deduplicator(state_dir=Path(tmp) / "state")
-        try:
-            for i, (name, text) in enumerate(_sample_texts() * 2):
-                dedup.process(Article(id=f"{name}{i}", text=text, is_html=text.startswith("<html>")))
-        finally:
-            dedup.close()
+        for reference in (False, True):  # the compiled rules, then their Python reference (the kernels it calls)
+            dedup = Deduplicator(state_dir=Path(tmp) / f"state{int(reference)}")
+            if reference:
+                dedup._verify = dedup._verify_reference
+            try:
+                for i, (name, text) in enumerate(_sample_texts() * 2):
+                    dedup.process(Article(id=f"{name}{i}", text=text, is_html=text.startswith("<html>")))
+            finally:
+                dedup.close()
 
 
 def _arg_spec(ty) -> list | None | bool:
     """JSON of one argument type for :func:`jit._arg_checks`; False if it cannot be checked."""
     from numba.core import types
+    if isinstance(ty, types.Literal):  # a constant of a call from another kernel: its body would bake it in
+        return False
     if isinstance(ty, types.Array):
         return [str(ty.dtype), ty.ndim] if ty.layout == "C" else False
     if isinstance(ty, (types.Integer, types.Float, types.Boolean)):

@@ -174,12 +174,15 @@ class BatchView:
         v = self.get_one(b"A" + _u64(seq))
         return None if v is None else _unpack_record(seq, v, self.num_perm)
 
+    def records(self, seqs: list[int]) -> list[bytes | None]:
+        """The raw records of ``seqs`` (None: not indexed), as :meth:`get`."""
+        pack = _U64.pack  # (_u64 inlined: ~20 candidates a call)
+        return self.get([b"A" + pack(s) for s in seqs])
+
     def screen(self, seqs: list[int], minhash: np.ndarray, simhash: int, n_shingles: int, jaccard_of: np.ndarray,
                rules: np.ndarray) -> tuple[list[int], list[bytes], list[int], list[int], list[int], list[int]]:
         """:meth:`Index.screen` on the records as the batch sees them."""
-        pack = _U64.pack  # (_u64 inlined: ~20 candidates a call)
-        return self.index.screen(seqs, minhash, simhash, n_shingles, jaccard_of, rules,
-                                 self.get([b"A" + pack(s) for s in seqs]))
+        return self.index.screen(seqs, minhash, simhash, n_shingles, jaccard_of, rules, self.records(seqs))
 
     def lookup(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> Lookup:
         """:meth:`Index.lookup`: the batch's articles are in the lists already (filed by :meth:`insert`)."""

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import passages, rewrite
+from . import candidate_rules, passages, rewrite
 from .batch import NO_KEYS, BatchView, Prepared, run_batch
 from .config import EngineConfig
 from .decision import METHODS, Decision  # noqa: F401  (METHODS: re-exported)
@@ -65,6 +65,10 @@ MAX_PER_BUCKET = 256          # members kept per LSH bucket (the newest)
 MAX_VERIFY = 1024             # candidates verified per article (SimHash hits first, then LSH; oldest first)
 EVICT_EVERY_SECONDS = 60.0    # how often decide() runs the retention sweep
 MAY_PASS_MARGIN = 1e-3       # below a rule's threshold, what Deduplicator._may_pass still keeps (rounding)
+# the methods of each combination of candidate_rules.HIT_* bits (in METHODS order), and the direction codes
+_METHODS_OF_HITS = [tuple(m for bit, m in zip((1, 2, 4, 8), METHODS[1:], strict=True) if hits & bit)
+                    for hits in range(16)]
+_DIRECTIONS = (None, "new_in_earlier", "earlier_in_new")
 
 
 def lsh_params(config: EngineConfig) -> LSHParams:
@@ -100,6 +104,8 @@ class Deduplicator:
         self._jaccard4_of = [round(j, 4) for j in self._jaccard_of]  # as reported (4 decimals), looked up too
         self._jaccard_array = np.array(self._jaccard_of, dtype=np.float64)  # (the same floats, for the screen)
         self._screen_rules = self._rules()
+        self._compiled = candidate_rules.CompiledRules(c, self._short_range, self._jaccard_of, self._jaccard4_of,
+                                                       self._screen_rules)
 
     # -- public API -------------------------------------------------------------------------
     def fingerprint(self, article: Article) -> Fingerprint:
@@ -336,6 +342,48 @@ class Deduplicator:
                 passage: passages.PassageLookup | None = None, matched: set[int] | None = None) -> Decision:
         """The decision among the candidates ``seqs``; the seqs of those that pass the text rules
         (look-alikes included) are added to ``matched``.
+
+        The rules run compiled, on the candidates' whole records in one call
+        (:mod:`stream_dedup.candidate_rules`); :meth:`_verify_reference` is the same in Python, run
+        where the kernel cannot answer exactly (a containment at a rounding half).
+        """
+        if not seqs:
+            return Decision(id=article_id, type="new")
+        values = view.records(seqs)
+        if None in values:  # an evicted candidate (rare)
+            kept = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
+            found, raw = [s for s, _ in kept], [v for _, v in kept]
+        else:
+            found, raw = seqs, values
+        if not found:
+            return Decision(id=article_id, type="new", candidates=len(seqs))
+        answer = self._compiled.run(raw, found, sig, fp.simhash, fp.n_shingles, fp.words, fp.identity,
+                                    *((passage.shared, passage.usable, 1.0 - passage.usable / fp.anchors.shape[0])
+                                      if passage is not None else ()))
+        if answer is None:
+            return self._verify_reference(view, article_id, fp, sig, seqs, passage, matched)
+        table, scores, summary = answer
+        hit_row = table[candidate_rules.T_HITS]
+        if matched is not None:
+            matched.update(found[i] for i in np.flatnonzero(hit_row).tolist())
+        best = int(summary[candidate_rules.S_BEST])
+        if best < 0:
+            t = int(summary[candidate_rules.S_TEMPLATE])
+            if t >= 0:
+                return Decision(id=article_id, type="new", similarity=round(float(scores[0, t]), 4),
+                                candidates=len(found), template_of=self.index.ids(raw[t])[0],
+                                identity_overlap=round(float(summary[candidate_rules.S_AGREED]), 4))
+            return Decision(id=article_id, type="new", candidates=len(found))
+        methods = _METHODS_OF_HITS[int(hit_row[best])]
+        matched_id, root_id = self.index.ids(raw[best])
+        return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=float(scores[0, best]),
+                        method=methods[0], hamming_distance=int(table[candidate_rules.T_HAMMING, best]),
+                        containment=float(scores[1, best]), matched_id=matched_id, methods=methods,
+                        candidates=len(found), direction=_DIRECTIONS[int(table[candidate_rules.T_DIRECTION, best])])
+
+    def _verify_reference(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int],
+                          passage: passages.PassageLookup | None = None, matched: set[int] | None = None) -> Decision:
+        """:meth:`_verify` in Python (the compiled rules' reference; see :mod:`stream_dedup.candidate_rules`).
 
         Short items have ~10 candidates each, most of them far from every threshold (a shared stock
         lead): the text rules run only on the candidates :meth:`_may_pass` keeps, and the identity

@@ -501,7 +501,8 @@ def test_the_compiled_screen_keeps_what_may_pass_keeps(tmp_path: Path, changes: 
 def test_prefilter_changes_no_decision_on_short_items(shared_stream, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The shared stream cut to short items (title and ~40 words: ~10 candidates each, most far off)
-    gets the same decisions with the text rules run on every candidate."""
+    gets the same decisions with the text rules run on every candidate (the Python rules, without
+    the screen) as with the compiled rules (which screen)."""
     records = [{"id": r["id"], "text": f"{r.get('title', '')}\n\n{' '.join(r.get('text', '').split()[:40])}"}
                for r in shared_stream(2000)[0] if r.get("text")]
     config = EngineConfig()
@@ -518,5 +519,6 @@ def test_prefilter_changes_no_decision_on_short_items(shared_stream, tmp_path: P
         return found, raw, agree, ns, hams, list(range(len(found)))
 
     monkeypatch.setattr(Deduplicator, "_screen", every)
+    monkeypatch.setattr(Deduplicator, "_verify", Deduplicator._verify_reference)
     assert decide("every") == filtered
     assert sum(e["type"] == "duplicate-of" for e in filtered) > 100
