@@ -43,6 +43,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -363,6 +364,25 @@ class BackgroundSnapshot:
     def cancel(self) -> None:
         """Wait for the sync (the process is stopping; a sync cannot be interrupted); the snapshot is not made valid."""
         self._thread.join()
+
+
+class SnapshotSchedule:
+    """A background snapshot of ``index``'s lists every ``every`` seconds, for a long-running
+    process that calls :meth:`tick` between its batches (the worker's decision stage, ``dedup`` with
+    ``--state``)."""
+
+    def __init__(self, index: Index, every: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.index, self.every, self.clock = index, every, clock
+        self._last = clock()
+
+    def tick(self) -> tuple[bool, float, float] | None:
+        """Start a snapshot if one is due (:meth:`Index.start_snapshot`); returns what
+        :meth:`Index.snapshot_done` says of the one that ended since the last call (None: none)."""
+        done = self.index.snapshot_done()
+        now = self.clock()
+        if now - self._last >= self.every and self.index.start_snapshot():
+            self._last = now
+        return done
 
 
 def _aligned(n: int) -> int:

@@ -22,8 +22,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from ..config import EngineConfig, add_arguments, load
+from ..config import EngineConfig, add_arguments, load, parse_duration
 from ..gc_tuning import relax_collector
+from ..lists_snapshot import SnapshotSchedule
 from ..record import PROCESSING_ERROR, Article, RecordError, parse_record
 from .batches import AUTO_POOL_BYTES, BatchDecider, Decided, Line, fingerprint_pool, lines_with_readiness
 from .errors import RunError, UsageError, check_writable
@@ -76,8 +77,35 @@ def configure_dedup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats-every", type=int, default=0, metavar="N",
                    help="print a JSON line of statistics to stderr every N input lines: records/s over those "
                         "lines, RSS, index size, memory budget, block cache usage and hit rate (default: never)")
+    p.add_argument("--lists-snapshot-every", type=_seconds, default=DEFAULT_SNAPSHOT_EVERY, metavar="SECONDS",
+                   help="with --state: seconds between snapshots of the index's in-memory lists, written between "
+                        "batches and synced in a thread, so that a run killed without a clean stop restarts from "
+                        "the latest instead of building them from the whole index (0 = only at the end of the "
+                        f"input or Ctrl-C; default: {DEFAULT_SNAPSHOT_EVERY:.0f})")
     add_arguments(p, EngineConfig)
     p.set_defaults(func=run_dedup)
+
+
+DEFAULT_SNAPSHOT_EVERY = 600.0
+
+
+def _seconds(value: str) -> float:
+    """A ``--lists-snapshot-every`` value: seconds, or a duration such as ``10m`` (0 or ``off``: none)."""
+    try:
+        return parse_duration(value) or 0.0
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _snapshot_done(done: tuple[bool, float, float] | None) -> None:
+    """Log the lists' snapshot that ended (:meth:`SnapshotSchedule.tick`)."""
+    if done is not None:
+        written, took, paused = done
+        if written:
+            log.info("wrote the snapshot of the index's in-memory lists in %.2f s, deciding nothing for %.2f s of it",
+                     took, paused)
+        else:
+            log.warning("the snapshot of the index's in-memory lists was not written (see the log before)")
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -239,6 +267,9 @@ def run_dedup(args: argparse.Namespace) -> int:
         decider = BatchDecider(dedup, fingerprint_pool(args.fingerprint_processes, config, total)
                                if is_file else None, ckpt)
         stack.callback(decider.close)
+        # the lists' snapshot now and then, between batches (the last one at the end: Index.close)
+        snapshots = SnapshotSchedule(dedup.index, args.lists_snapshot_every) \
+            if state_arg and args.lists_snapshot_every else None
 
         def send_pending() -> None:
             """Hand the pending records on; write what is decided."""
@@ -311,6 +342,8 @@ def run_dedup(args: argparse.Namespace) -> int:
                     if more and len(pending) < BATCH_RECORDS and not (args.stats_every and read % args.stats_every == 0):
                         continue
                     send_pending()
+                    if snapshots is not None:
+                        _snapshot_done(snapshots.tick())
                     signals.busy = decider.busy
                     if signals.received is not None:
                         raise Interrupted()

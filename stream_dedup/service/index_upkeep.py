@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from stream_dedup.lists_snapshot import SnapshotSchedule
 from stream_dedup.metrics import Metrics
 
 from .receipts import ReceiptSweep
@@ -41,7 +42,8 @@ class IndexUpkeep:
                  clock: Callable[[], float] = time.monotonic, snapshot_every: float | None = None) -> None:
         self.dedup, self.metrics, self.sweep, self.retention, self.clock = dedup, metrics, sweep, retention, clock
         self.snapshot_every = snapshot_every
-        self._last_evict = self._last_snapshot = clock()
+        self._last_evict = clock()
+        self._snapshots = SnapshotSchedule(dedup.index, snapshot_every, clock) if snapshot_every else None
         self._last_gauges = 0.0
 
     def run(self, committed: int | None, end_offset: Callable[[], int | None] | None, topic: str) -> None:
@@ -57,8 +59,8 @@ class IndexUpkeep:
             if n:
                 self.metrics.evictions.inc(n)
                 log.info("evicted %d articles older than the retention window", n)
-        if self.snapshot_every:
-            self.snapshot(now)
+        if self._snapshots is not None:
+            self.snapshot()
         if now - self._last_gauges >= GAUGE_INTERVAL:
             self._last_gauges = now
             try:
@@ -72,12 +74,10 @@ class IndexUpkeep:
             except Exception:  # noqa: BLE001 - gauges must never break the stage
                 log.debug("gauges failed", exc_info=True)
 
-    def snapshot(self, now: float) -> None:
-        """Start the lists' snapshot once the interval has passed
-        (:meth:`~stream_dedup.index.Index.start_snapshot`), and count, time and log the one that has
-        ended (:meth:`~stream_dedup.index.Index.snapshot_done`)."""
-        index = self.dedup.index
-        done = index.snapshot_done()
+    def snapshot(self) -> None:
+        """Start the lists' snapshot once the interval has passed, and count, time and log the one
+        that has ended (:class:`~stream_dedup.lists_snapshot.SnapshotSchedule`)."""
+        done = self._snapshots.tick() if self._snapshots is not None else None
         if done is not None:
             written, took, paused = done
             if written:
@@ -89,5 +89,3 @@ class IndexUpkeep:
             else:
                 log.warning("the snapshot of the index's in-memory lists was not written (see the log before); "
                             "the next one is due in %.0f s", self.snapshot_every)
-        if now - self._last_snapshot >= self.snapshot_every and index.start_snapshot():
-            self._last_snapshot = now

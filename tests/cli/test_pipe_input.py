@@ -93,3 +93,60 @@ def test_each_record_of_a_slow_stream_is_decided_when_it_arrives(tmp_path: Path)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_long_pipe_run_snapshots_its_lists_and_a_kill_restarts_from_one(tmp_path: Path,
+                                                                          sample_lines: list[bytes]) -> None:
+    """``dedup - --state DIR --lists-snapshot-every`` writes the lists' snapshot between batches
+    while the pipe stays open (logged); SIGKILLed after more records, the state reopens from that
+    snapshot brought up to date (not built from the index), with every article the run decided."""
+    import logging
+    import signal as signals
+
+    from stream_dedup.config import EngineConfig
+    from stream_dedup.engine import Deduplicator
+
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAM_DEDUP_", "KAFKA_"))}
+    env["STREAM_DEDUP_LOG_LEVEL"] = "INFO"
+    proc = subprocess.Popen(console_script() + ["dedup", "-", "--out", "-", "-q", "--state", str(state),
+                                                "--lists-snapshot-every", "0.2"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    log: list[bytes] = []
+    reader = threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        written = 0
+        deadline = time.monotonic() + 60
+        while not any(b"wrote the snapshot of the index's in-memory lists" in line for line in log):
+            assert time.monotonic() < deadline, b"".join(log)
+            proc.stdin.write(sample_lines[written] + b"\n")
+            proc.stdin.flush()
+            _read_line(proc.stdout, 30)  # decided (a batch of its own)
+            written += 1
+            time.sleep(0.02)
+        for line in sample_lines[written:written + 20]:  # after the snapshot: filed again at the restart
+            proc.stdin.write(line + b"\n")
+            proc.stdin.flush()
+            _read_line(proc.stdout, 30)
+            written += 1
+    finally:
+        proc.send_signal(signals.SIGKILL)
+        proc.wait(30)
+    assert written > 20
+    records = logging.getLogger("stream_dedup.index")
+    messages: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    records.addHandler(handler)
+    level = records.level
+    records.setLevel(logging.INFO)
+    try:
+        with Deduplicator(EngineConfig(), state) as d:
+            ids = {json.loads(line)["id"] for line in sample_lines[:written]}
+            assert len(d) == len(ids)
+            d.index.lists()
+    finally:
+        records.removeHandler(handler)
+        records.setLevel(level)
+    assert any("loaded from their snapshot and brought up to date" in m for m in messages), messages
