@@ -38,9 +38,9 @@ if compiling():
 # params: the configuration's thresholds, as :func:`rule_params` lays them out
 P_JACCARD, P_SIMHASH_K, P_SIMHASH_JACCARD, P_SHORT_JACCARD, P_REWRITE_LOW, P_REWRITE_PAIRS, P_REWRITE_WORDS, \
     P_CONTAINED, P_MIN_CONTAINMENT, P_MIN_EARLIER, P_BOTH_WAYS, P_IDENTITY, P_IDENTITY_TOKENS, P_SHORT_LOW, \
-    P_SHORT_HIGH, P_MIN_LENGTH, P_MIN_SHARE, P_MAX_FILL, P_NUMBER_CONTEXTS, P_IDENTITY_K, P_NUM_PERM = range(21)
-# per candidate (rows of the int64 table the kernel returns)
-T_AGREE, T_SIZE, T_HAMMING, T_HITS, T_DIRECTION = range(5)
+    P_SHORT_HIGH, P_MIN_LENGTH, P_MIN_SHARE, P_MAX_FILL, P_NUMBER_CONTEXTS, P_IDENTITY_K = range(20)
+# per candidate (rows of the caller's float64 output array: O_START and O_KEY the kernel's own)
+O_HITS, O_DIRECTION, O_HAMMING, O_JACCARD, O_CONTAINMENT, O_START, O_KEY = range(7)
 HIT_MINHASH, HIT_CONTAINMENT, HIT_SIMHASH, HIT_REWRITE = 1, 2, 4, 8  # (METHODS[1:] in order)
 NEW_IN_EARLIER, EARLIER_IN_NEW = 1, 2
 # the summary (float64[4])
@@ -134,36 +134,30 @@ def _word_jaccard(words_a, recs, at, w, counts, max_fill):
 
 
 @kernel
-def verify_candidates(recs, lengths, seqs, query, simhash, n, jaccard_of, jaccard4_of, rules, params,
-                      shared, usable, common, words_a, counts, identity_a):
-    """The rules of the engine on ``m`` candidates, whose whole records follow each other in ``recs``
-    (``lengths[i]`` bytes each)
-    (their seqs ``seqs``, ascending), for the new article's stored signature bytes ``query``, its
-    SimHash ``simhash``, set size ``n``, content-word bitmap ``words_a`` (uint8, may be empty) and
-    identity sketch ``identity_a`` (sorted uint32). ``jaccard_of`` / ``jaccard4_of``: the estimate
-    of each count of agreeing rows, raw and rounded; ``rules``: the screen's thresholds
-    (:meth:`Deduplicator._rules`); ``params``: :func:`rule_params`; ``counts``: the linear-counting
-    table of :func:`stream_dedup.rewrite._counts`; ``shared``: passage anchors each candidate
-    shares with the article (zeros without a passage lookup), ``usable`` the article's usable
-    anchors and ``common`` the share of them that are boilerplate.
+def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of, rules, params,
+                      shared, usable, common, words_a, counts, identity_a, out, summary):
+    """The rules of the engine on the ``m`` candidates whose whole records follow each other in
+    ``recs`` (``lengths[i]`` bytes each, in ascending seq order) for the new article: its stored
+    signature's rows ``query`` (int64), SimHash ``simhash``, set size ``n``, content-word bitmap
+    ``words_a`` (uint8, may be empty) and identity sketch ``identity_a`` (sorted uint32).
+    ``jaccard_of`` / ``jaccard4_of``: the estimate of each count of agreeing rows, raw and rounded;
+    ``rules``: the screen's thresholds (:meth:`Deduplicator._rules`); ``params``:
+    :func:`rule_params`; ``counts``: the linear-counting table of :func:`stream_dedup.rewrite._counts`;
+    ``shared``: the passage anchors each candidate shares with the article (empty: none),
+    ``usable`` the article's usable anchors and ``common`` the share of them that are boilerplate.
 
-    Returns int64[5, m] (agreeing rows, set size, Hamming distance, the rules passed as ``HIT_*``
-    bits (0: none), the containment direction), float64[2, m] (the rounded Jaccard, the rounded
-    containment: as reported) and the summary float64[4] (the best candidate's index or -1, the
-    template's or -1, the template's identity agreement, ``UNCERTAIN`` or 0).
+    Writes, per candidate ``i``, ``out[O_*, i]`` (the rules passed as ``HIT_*`` bits, 0 for none; the
+    containment direction; the Hamming distance; the rounded Jaccard and containment, as
+    reported), and ``summary`` (the best candidate's index or -1, the template's or -1, the
+    template's identity agreement, ``UNCERTAIN`` or 0): both the caller's, kept from call to call
+    (no array is made per call). Returns ``m``.
     """
-    m = seqs.shape[0]
-    starts = np.empty(m + 1, dtype=np.int64)
-    starts[0] = 0
-    for i in range(m):
-        starts[i + 1] = starts[i] + lengths[i]
-    table = np.zeros((5, m), dtype=np.int64)
-    scores = np.zeros((2, m), dtype=np.float64)
-    summary = np.zeros(4, dtype=np.float64)
+    m = lengths.shape[0]
     summary[S_BEST] = -1.0
     summary[S_TEMPLATE] = -1.0
-    rows = query.shape[0] // 2
-    num_perm = np.int64(params[P_NUM_PERM])
+    summary[S_AGREED] = 0.0
+    summary[S_UNCERTAIN] = 0.0
+    rows = query.shape[0]
     any_rule, simhash_rule, k_rule, contained_rule, rewrite_rule, length_rule = \
         rules[0], rules[1], rules[2], rules[3], rules[4], rules[5]
     jaccard_threshold, simhash_k, simhash_min = params[P_JACCARD], params[P_SIMHASH_K], params[P_SIMHASH_JACCARD]
@@ -172,25 +166,29 @@ def verify_candidates(recs, lengths, seqs, query, simhash, n, jaccard_of, jaccar
     min_containment, min_earlier = params[P_MIN_CONTAINMENT], params[P_MIN_EARLIER]
     short_low, short_high = params[P_SHORT_LOW], params[P_SHORT_HIGH]
     new_short = short_low < n < short_high
-    keys = np.full(m, -1.0)  # the sort key's score of each passing candidate
+    anchors = shared.shape[0] > 0
     passing = 0
+    at = 0
     for i in range(m):
-        at = starts[i]
+        out[O_START, i] = at
+        out[O_KEY, i] = -1.0  # the sort key's score of a passing candidate
+        out[O_HITS, i] = 0.0
+        here = at
+        at += lengths[i]
         s = np.uint64(0)
         for b in range(8):
-            s = (s << np.uint64(8)) | np.uint64(recs[at + 8 + b])
+            s = (s << np.uint64(8)) | np.uint64(recs[here + 8 + b])
         stored_n = 0
         for b in range(4):
-            stored_n = (stored_n << 8) | np.int64(recs[at + 16 + b])
+            stored_n = (stored_n << 8) | np.int64(recs[here + 16 + b])
         ham = np.int64(popcount(s ^ simhash))
         c = 0
-        p = at + _HEAD
-        for r in range(rows):
-            if recs[p] == query[2 * r] and recs[p + 1] == query[2 * r + 1]:
-                c += 1
+        p = here + _HEAD
+        for r in range(rows):  # (big-endian rows: no branch)
+            c += ((np.int64(recs[p]) << 8) | np.int64(recs[p + 1])) == query[r]
             p += 2
-        table[T_AGREE, i], table[T_SIZE, i], table[T_HAMMING, i] = c, stored_n, ham
         j_raw = jaccard_of[c]
+        shared_i = shared[i] if anchors else 0
         # the screen (Deduplicator._may_pass): no rule can pass the others (nor anchors shared)
         may = j_raw >= any_rule or (ham <= k_rule and j_raw >= simhash_rule)
         if not may:
@@ -200,7 +198,7 @@ def verify_candidates(recs, lengths, seqs, query, simhash, n, jaccard_of, jaccar
                 shorter, longer = stored_n, n
             may = j_raw * (n + stored_n) >= contained_rule * (shorter if shorter else 1) * (1.0 + j_raw) \
                 or (j_raw >= rewrite_rule and shorter >= length_rule * (longer if longer else 1))
-        if not may and shared[i] == 0:
+        if not may and shared_i == 0:
             continue
         j = jaccard4_of[c]
         hits = np.int64(0)
@@ -211,14 +209,14 @@ def verify_candidates(recs, lengths, seqs, query, simhash, n, jaccard_of, jaccar
             if j >= short_jaccard:
                 hits = np.int64(HIT_MINHASH)
         else:
-            lens_at = at + _HEAD + 2 * num_perm
+            lens_at = here + _HEAD + 2 * rows
             id_len, root_len, k_id = _u16(recs, lens_at), _u16(recs, lens_at + 2), _u16(recs, lens_at + 4)
             stored_anchors, w = _u16(recs, lens_at + 6), np.int64(recs[lens_at + 8])
-            anchored = shared[i] > 0
+            anchored = shared_i > 0
             a_new = a_old = 0.0
             if anchored:  # passages.anchor_containment
-                a_new = _round4(shared[i] / (usable + 1), summary) if usable else 0.0
-                a_old = _round4(min(1.0, shared[i] / (stored_anchors + 1)), summary) if stored_anchors else 0.0
+                a_new = _round4(shared_i / (usable + 1), summary) if usable else 0.0
+                a_old = _round4(min(1.0, shared_i / (stored_anchors + 1)), summary) if stored_anchors else 0.0
             # Deduplicator._containment
             new_in_earlier = min(1.0, inter / n) if n > 0 else 0.0
             if common > 0.0:
@@ -259,20 +257,20 @@ def verify_candidates(recs, lengths, seqs, query, simhash, n, jaccard_of, jaccar
                     hits = np.int64(HIT_REWRITE)
         if hits == 0:
             continue
-        table[T_HITS, i], table[T_DIRECTION, i] = hits, direction
-        scores[0, i], scores[1, i] = j, cont
-        keys[i] = max(j, cont if hits & HIT_CONTAINMENT else 0.0)
+        out[O_HITS, i], out[O_DIRECTION, i], out[O_HAMMING, i] = hits, direction, ham
+        out[O_JACCARD, i], out[O_CONTAINMENT, i] = j, cont
+        out[O_KEY, i] = max(j, cont if hits & HIT_CONTAINMENT else 0.0)
         passing += 1
     # the passing candidates by score, earliest first on ties: the first that is not a look-alike
     check_identity = params[P_IDENTITY] > 0.0 and identity_a.shape[0] >= params[P_IDENTITY_TOKENS]
     for _ in range(passing):
         top = -1
         for i in range(m):  # (seqs ascend: the first of equal scores is the earliest)
-            if keys[i] >= 0.0 and (top < 0 or keys[i] > keys[top]):
+            if out[O_KEY, i] >= 0.0 and (top < 0 or out[O_KEY, i] > out[O_KEY, top]):
                 top = i
-        keys[top] = -1.0
+        out[O_KEY, top] = -1.0
         if check_identity:
-            lens_at = starts[top] + _HEAD + 2 * num_perm
+            lens_at = np.int64(out[O_START, top]) + _HEAD + 2 * rows
             k_id = _u16(recs, lens_at + 4)
             stored_ids = _stored_identity(recs, lens_at + 9 + _u16(recs, lens_at) + _u16(recs, lens_at + 2), k_id)
             agreed = _agreement(identity_a, stored_ids, params[P_IDENTITY_TOKENS], params[P_NUMBER_CONTEXTS],
@@ -284,7 +282,7 @@ def verify_candidates(recs, lengths, seqs, query, simhash, n, jaccard_of, jaccar
                 continue
         summary[S_BEST] = top
         break
-    return table, scores, summary
+    return m
 
 
 def rule_params(c: EngineConfig, short_range: tuple[int, int]) -> np.ndarray:
@@ -298,12 +296,13 @@ def rule_params(c: EngineConfig, short_range: tuple[int, int]) -> np.ndarray:
               P_BOTH_WAYS: 1.0 if c.containment_both_ways else 0.0, P_IDENTITY: c.identity_threshold,
               P_IDENTITY_TOKENS: c.identity_min_tokens, P_SHORT_LOW: short_range[0], P_SHORT_HIGH: short_range[1],
               P_MIN_LENGTH: rewrite.MIN_LENGTH, P_MIN_SHARE: rewrite.MIN_SHARE, P_MAX_FILL: rewrite.MAX_FILL,
-              P_NUMBER_CONTEXTS: MIN_NUMBER_CONTEXTS, P_IDENTITY_K: IDENTITY_K, P_NUM_PERM: c.num_perm}
+              P_NUMBER_CONTEXTS: MIN_NUMBER_CONTEXTS, P_IDENTITY_K: IDENTITY_K}
     return np.array([float(values[i]) for i in range(len(values))], dtype=np.float64)
 
 
 class CompiledRules:
-    """:func:`verify_candidates` with the arrays fixed by the configuration made once."""
+    """:func:`verify_candidates` with the arrays fixed by the configuration made once, and its
+    output arrays kept (one engine decides one article at a time)."""
 
     def __init__(self, c: EngineConfig, short_range: tuple[int, int], jaccard_of: list[float],
                  jaccard4_of: list[float], rules: np.ndarray) -> None:
@@ -312,27 +311,29 @@ class CompiledRules:
         self.jaccard4_of = np.array(jaccard4_of, dtype=np.float64)
         self.rules = rules
         self.counts = np.array(rewrite._counts(rewrite.WORD_BITS), dtype=np.float64)
-        self._no_shared = np.zeros(2048, dtype=np.int64)
+        self.out = np.zeros((7, 2048), dtype=np.float64)
+        self.summary = np.zeros(4, dtype=np.float64)
+        self._none = np.zeros(0, dtype=np.int64)
         self._no_words = np.zeros(0, dtype=np.uint8)
 
-    def run(self, raw: list[bytes], found: list[int], query: np.ndarray, simhash: int, n: int, words: bytes,
-            identity: np.ndarray, shared_of: dict[int, int] | None = None, usable: int = 0, common: float = 0.0
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """The kernel's answer on the candidates ``found`` (their raw records ``raw``) of an article
-        (its stored signature ``query``), or None where only the Python rules can answer (a
-        rounding at a half, a content-word bitmap of another size)."""
-        m = len(found)
+    def run(self, raw: list[bytes], query: np.ndarray, simhash: int, n: int, words: bytes, identity: np.ndarray,
+            shared: list[int] | None = None, usable: int = 0, common: float = 0.0) -> np.ndarray | None:
+        """The kernel on the candidates whose raw records are ``raw`` (ascending seqs) for an
+        article (its signature's rows ``query``, int64): its per-candidate output (``O_*`` rows,
+        ``m`` columns: read before the next call) and :attr:`summary`; None where only the Python
+        rules can answer (a rounding at a half, a content-word bitmap of another size).
+        ``shared``: the passage anchors each candidate shares, if looked up."""
+        m = len(raw)
         if words and len(words) != rewrite.WORD_BITS // 8:
             return None
-        if shared_of:
-            shared = np.array([shared_of.get(s, 0) for s in found], dtype=np.int64)
-        else:
-            shared = self._no_shared[:m] if m <= self._no_shared.shape[0] else np.zeros(m, dtype=np.int64)
-        answer = _verify(np.frombuffer(b"".join(raw), dtype=np.uint8), np.fromiter(map(len, raw), np.int64, m),
-                         np.array(found, dtype=np.int64), query.view(np.uint8), np.uint64(simhash), n,
-                         self.jaccard_of, self.jaccard4_of, self.rules, self.params, shared, usable, float(common),
-                         np.frombuffer(words, dtype=np.uint8) if words else self._no_words, self.counts, identity)
-        return None if answer[2][S_UNCERTAIN] else answer
+        if m > self.out.shape[1]:
+            self.out = np.zeros((7, 2 * m), dtype=np.float64)
+        _verify(np.frombuffer(b"".join(raw), dtype=np.uint8), np.fromiter(map(len, raw), np.int64, m), query,
+                np.uint64(simhash), n, self.jaccard_of, self.jaccard4_of, self.rules, self.params,
+                np.array(shared, dtype=np.int64) if shared else self._none, usable, float(common),
+                np.frombuffer(words, dtype=np.uint8) if words else self._no_words, self.counts, identity,
+                self.out, self.summary)
+        return None if self.summary[S_UNCERTAIN] else self.out
 
 
 _verify = trusted(verify_candidates)  # every array made above (jit.trusted)

@@ -357,29 +357,28 @@ class Deduplicator:
             found, raw = seqs, values
         if not found:
             return Decision(id=article_id, type="new", candidates=len(seqs))
-        answer = self._compiled.run(raw, found, sig, fp.simhash, fp.n_shingles, fp.words, fp.identity,
-                                    *((passage.shared, passage.usable, 1.0 - passage.usable / fp.anchors.shape[0])
-                                      if passage is not None else ()))
-        if answer is None:
+        shared = [passage.shared.get(s, 0) for s in found] if passage is not None and passage.shared else None
+        out = self._compiled.run(raw, sig.astype(np.int64), fp.simhash, fp.n_shingles, fp.words, fp.identity,
+                                 *((shared, passage.usable, 1.0 - passage.usable / fp.anchors.shape[0])
+                                   if passage is not None else ()))
+        if out is None:
             return self._verify_reference(view, article_id, fp, sig, seqs, passage, matched)
-        table, scores, summary = answer
-        hit_row = table[candidate_rules.T_HITS]
         if matched is not None:
-            matched.update(found[i] for i in np.flatnonzero(hit_row).tolist())
-        best = int(summary[candidate_rules.S_BEST])
+            matched.update(found[i] for i in np.flatnonzero(out[candidate_rules.O_HITS, :len(found)]).tolist())
+        best, template, agreed, _ = self._compiled.summary.tolist()
         if best < 0:
-            t = int(summary[candidate_rules.S_TEMPLATE])
-            if t >= 0:
-                return Decision(id=article_id, type="new", similarity=round(float(scores[0, t]), 4),
+            if template >= 0:
+                t = int(template)
+                return Decision(id=article_id, type="new", similarity=round(out[candidate_rules.O_JACCARD, t].item(), 4),
                                 candidates=len(found), template_of=self.index.ids(raw[t])[0],
-                                identity_overlap=round(float(summary[candidate_rules.S_AGREED]), 4))
+                                identity_overlap=round(agreed, 4))
             return Decision(id=article_id, type="new", candidates=len(found))
-        methods = _METHODS_OF_HITS[int(hit_row[best])]
-        matched_id, root_id = self.index.ids(raw[best])
-        return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=float(scores[0, best]),
-                        method=methods[0], hamming_distance=int(table[candidate_rules.T_HAMMING, best]),
-                        containment=float(scores[1, best]), matched_id=matched_id, methods=methods,
-                        candidates=len(found), direction=_DIRECTIONS[int(table[candidate_rules.T_DIRECTION, best])])
+        hits, direction, ham, j, cont = out[:candidate_rules.O_START, int(best)].tolist()
+        methods = _METHODS_OF_HITS[int(hits)]
+        matched_id, root_id = self.index.ids(raw[int(best)])
+        return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=j,
+                        method=methods[0], hamming_distance=int(ham), containment=cont, matched_id=matched_id,
+                        methods=methods, candidates=len(found), direction=_DIRECTIONS[int(direction)])
 
     def _verify_reference(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int],
                           passage: passages.PassageLookup | None = None, matched: set[int] | None = None) -> Decision:

@@ -157,8 +157,9 @@ def test_a_rounding_at_a_half_goes_to_the_python_rules(tmp_path: Path) -> None:
         records = [r or records[0] for r in records]
         passage = PassageLookup(fp.anchors, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32), {2: 1}, 19_999)
         sig = stored_signature(fp.minhash)
-        answer = d._compiled.run(records, list(range(5)), sig, fp.simhash, 200, fp.words, fp.identity,
-                                 passage.shared, passage.usable, 1.0 - passage.usable / fp.anchors.shape[0])
+        answer = d._compiled.run(records, sig.astype(np.int64), fp.simhash, 200, fp.words, fp.identity,
+                                 [passage.shared.get(s, 0) for s in range(5)], passage.usable,
+                                 1.0 - passage.usable / fp.anchors.shape[0])
         assert answer is None
         view = Records(d.index, records)
         assert d._verify(view, "new", fp, sig, list(range(5)), passage, set()) \
