@@ -24,7 +24,6 @@ from typing import IO, TYPE_CHECKING
 
 from ..config import EngineConfig, add_arguments, load, parse_duration
 from ..gc_tuning import relax_collector
-from ..lists_snapshot import SnapshotSchedule
 from ..record import PROCESSING_ERROR, Article, RecordError, parse_record
 from .batches import AUTO_POOL_BYTES, BatchDecider, Decided, Line, fingerprint_pool, lines_with_readiness
 from .errors import RunError, UsageError, check_writable
@@ -98,7 +97,7 @@ def _seconds(value: str) -> float:
 
 
 def _snapshot_done(done: tuple[bool, float, float] | None) -> None:
-    """Log the lists' snapshot that ended (:meth:`SnapshotSchedule.tick`)."""
+    """Log the lists' snapshot that ended (:meth:`~stream_dedup.lists_snapshot.SnapshotSchedule.tick`)."""
     if done is not None:
         written, took, paused = done
         if written:
@@ -268,6 +267,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                                if is_file else None, ckpt)
         stack.callback(decider.close)
         # the lists' snapshot now and then, between batches (the last one at the end: Index.close)
+        from ..lists_snapshot import SnapshotSchedule
         snapshots = SnapshotSchedule(dedup.index, args.lists_snapshot_every) \
             if state_arg and args.lists_snapshot_every else None
 
