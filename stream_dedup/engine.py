@@ -211,13 +211,15 @@ class Deduplicator:
             if has_shingles:
                 bucket_keys, permuted = prep.keys(self.index.buckets, self.tables)
                 lookup = view.lookup(bucket_keys, permuted, c.simhash_k)
-                found = lookup.simhash | lookup.lsh
+                found = lookup.candidates()  # ascending
                 if len(found) > MAX_VERIFY:  # a flood of near-copies: verify a bounded subset
-                    found = set(sorted(lookup.simhash)[:MAX_VERIFY // 2])
-                    found |= set(sorted(lookup.lsh - found)[: MAX_VERIFY - len(found)])
+                    near = lookup.simhash
+                    bounded = set(sorted(near)[:MAX_VERIFY // 2])
+                    bounded |= set(sorted(lookup.lsh - bounded)[: MAX_VERIFY - len(bounded)])
+                    found = sorted(bounded)
             else:
-                found = set()
-            decision = self._verify(view, article_id, fp, sig, sorted(found), None, matched)
+                found = []
+            decision = self._verify(view, article_id, fp, sig, found, None, matched)
             if decision.method in (None, "containment") and fp.anchors.shape[0] \
                     and not self.is_short_text(fp.n_shingles):
                 decision, passage = self._passages(view, article_id, fp, sig, found, decision, matched)
@@ -232,7 +234,7 @@ class Deduplicator:
                     postings=self._postings(view, passage, matched, decision, has_shingles))
         return decision
 
-    def _passages(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, found: set[int], first: Decision,
+    def _passages(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, found: list[int], first: Decision,
                   matched: set[int]) -> tuple[Decision, passages.PassageLookup]:
         """The decision again with the passage anchors: their candidates added, containment also
         measured on anchors, boilerplate discounted. Only for articles that are new or contained
@@ -243,7 +245,7 @@ class Deduplicator:
             return first, passage  # nothing shared, and no boilerplate to discount: the first decision stands
         more = sorted(passage.shared, key=passage.shared.__getitem__, reverse=True)[:MAX_VERIFY // 4]
         matched.clear()
-        return self._verify(view, article_id, fp, sig, sorted(found.union(more)), passage, matched), passage
+        return self._verify(view, article_id, fp, sig, sorted(set(found).union(more)), passage, matched), passage
 
     def _postings(self, view: BatchView, passage: passages.PassageLookup | None, matched: set[int], decision: Decision,
                   has_shingles: bool) -> tuple[np.ndarray, bytes]:

@@ -11,6 +11,7 @@ tests compare it with bit for bit:
 * :func:`screen_candidates`: a verification's candidates in one pass over their record heads:
   agreeing rows, shingle counts, SimHash distances and which may pass a text rule (twin:
   :meth:`stream_dedup.engine.Deduplicator._may_pass` and ``equal_counts``).
+* :func:`distinct_union`: the distinct members of two arrays, sorted (twin: ``np.union1d``).
 * :func:`sketch`: word k-shingle hashes (see :mod:`stream_dedup.hashing`), their distinct values,
   the exact MinHash minima (see :mod:`stream_dedup.minhash`) and the SimHash (see
   :mod:`stream_dedup.simhash`), in one call.
@@ -492,6 +493,23 @@ def screen_candidates(heads, size, sig_at, query, simhash, n, jaccard_of, rules)
             may[kept] = i
             kept += 1
     return out, may[:kept]
+
+
+@kernel
+def distinct_union(a, b):
+    """The distinct values of two uint32 arrays, ascending (a verification's candidates: LSH bucket
+    members and SimHash hits, an article often in many of its buckets; twin: ``np.union1d``)."""
+    n = a.shape[0] + b.shape[0]
+    out = np.empty(n, dtype=np.uint32)
+    out[:a.shape[0]] = a
+    out[a.shape[0]:] = b
+    out.sort()
+    k = 0
+    for i in range(n):
+        if k == 0 or out[i] != out[k - 1]:
+            out[k] = out[i]
+            k += 1
+    return out[:k]
 
 
 @kernel

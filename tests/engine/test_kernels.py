@@ -154,3 +154,12 @@ def test_equal_counts_equals_numpy(n: int, rows: int, data: st.DataObject) -> No
     query = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.uint32)
     expected = (flat.reshape(rows, n) == query).sum(axis=1)
     assert kernels.equal_counts(flat, query).tolist() == expected.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 60), max_size=150), st.lists(st.integers(0, 2**32 - 1), max_size=40))
+def test_distinct_union_equals_numpy(a: list[int], b: list[int]) -> None:
+    """A verification's candidates: bucket members (many repeats) and SimHash hits, once each, ascending."""
+    x, y = np.array(a, dtype=np.uint32), np.array(b, dtype=np.uint32)
+    got = kernels.distinct_union(x, y)
+    assert got.dtype == np.uint32 and got.tolist() == np.union1d(x, y).tolist()
