@@ -8,7 +8,8 @@ and from the unfolded text, the identity sketch (:mod:`stream_dedup.identity`).
 :class:`Fingerprint` has a compact, versioned byte form (:meth:`Fingerprint.to_bytes`) so a
 fingerprint computed on one worker can be decided on by another.
 
-:meth:`Fingerprinter.fingerprint_text` runs the compiled kernels (:mod:`stream_dedup.kernels`);
+:meth:`Fingerprinter.fingerprint_text` runs the compiled kernels (:mod:`stream_dedup.kernels`), in
+one call for the text the fold tables hold (:mod:`stream_dedup.fingerprint_kernel`);
 :meth:`Fingerprinter.fingerprint_reference` computes the same value step by step with the plain
 Python/numpy functions (tests assert they agree bit for bit).
 """
@@ -20,18 +21,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import kernels
+from . import fingerprint_kernel, fold_table, kernels
 from .config import EngineConfig
 from .fold_table import fold_tokens
 from .folding import fold
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
 from .headline import flag_words, strip_flag
-from .identity import identity_pairs_reference, identity_sketch
+from .identity import IDENTITY_K, IDENTITY_SEED, identity_pairs_reference, identity_sketch
+from .identity import WORD_BYTES as IDENTITY_WORD_BYTES
 from .jit import trusted
 from .minhash import MinHasher, signature_numpy
 from .passages import MAX_ANCHORS, NO_ANCHORS, winnow, winnow_reference
 from .record import Article
-from .rewrite import NO_WORDS, stop_hashes, word_bitmap, word_bitmap_reference
+from .rewrite import NO_WORDS, WORD_SHIFT, stop_hashes, word_bitmap, word_bitmap_reference
 from .simhash import simhash_numpy
 from .text import blank_non_word, char_tokens, has_no_boundary_script, no_boundary_table, tokenize
 
@@ -48,6 +50,7 @@ _NO_IDENTITY = np.zeros(0, dtype=np.uint32)
 # TokenHasher's uint64 array), the MinHash parameters MinHasher's own
 _token_hashes_utf8, _sketch, _winnow = trusted(kernels.token_hashes_utf8), trusted(kernels.sketch), trusted(winnow)
 _token_hashes_split = trusted(kernels.token_hashes_split)  # the same, and the table's own bool array
+_fingerprint_folded = trusted(fingerprint_kernel.fingerprint_folded)  # the same, and the fold tables' own arrays
 
 
 def html_to_text(html: str) -> str:
@@ -165,6 +168,32 @@ class Fingerprinter:
         if is_html:
             text = html_to_text(text)
         text = self.unflagged(text)
+        if not self.config.char_shingles:  # the text the fold tables hold: one compiled call
+            fp = self._fused(text)
+            if fp is not None:
+                return fp
+        return self._chained(text)
+
+    def _fused(self, text: str) -> Fingerprint | None:
+        """:meth:`_chained` in one compiled call (:mod:`stream_dedup.fingerprint_kernel`), or None
+        for text the fold tables do not hold."""
+        c, m = self.config, self.minhasher
+        is_ascii = text.isascii()
+        diacritics = bool(c.fold_diacritics)
+        status, n, mins, sim, th, anchors, words, identity = _fingerprint_folded(
+            np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8), is_ascii,
+            *fold_table._arrays(diacritics, "tokens", fold_table._blocks_needed),
+            *fold_table._arrays(diacritics, "identity", False), kernels.WORD_BYTES, c.seed, self.shingle_size,
+            m._a_lo, m._a_hi, m.b, c.passage_window, MAX_ANCHORS, self.stop, WORD_SHIFT, self.keeps_words,
+            c.identity_threshold > 0, IDENTITY_WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
+        if status == fingerprint_kernel.TOKENS_NOT_FOLDED:
+            return None
+        return Fingerprint(minhash=mins.astype(np.uint32), simhash=int(sim), exact=exact_hash(th, c.seed),
+                           n_shingles=int(n), anchors=anchors, words=words.tobytes() if words.shape[0] else NO_WORDS,
+                           identity=identity if status == fingerprint_kernel.DONE else self._identity(text))
+
+    def _chained(self, text: str) -> Fingerprint:
+        """The fingerprint of ``text`` (HTML extracted, headline flag stripped) by one kernel call per step."""
         th = self.token_hashes(text)
         m = self.minhasher
         n, mins, sim = _sketch(th, self.shingle_size, m._a_lo, m._a_hi, m.b)

@@ -93,6 +93,23 @@ def test_kernel_equals_reference(text: str) -> None:
     assert DEFAULT.fingerprint_text(text) == DEFAULT.fingerprint_reference(text)
 
 
+@pytest.mark.parametrize("text", TEXTS + ["Straße Łódź café façade", "Ѕ ЅНА Το Υπουργείο", "東京は日本の首都です 2024"])
+def test_one_compiled_call_equals_the_chained_kernels(text: str) -> None:
+    """Fingerprinter._fused (fingerprint_kernel: one call) gives the fingerprint of the chain of
+    kernel calls, or None for text a fold table does not hold (the chain then computes it)."""
+    fused = DEFAULT._fused(text)
+    assert fused is None or fused == DEFAULT._chained(text)
+
+
+def test_one_compiled_call_covers_ascii_folded_and_split_text_and_leaves_the_rest() -> None:
+    """ASCII, Latin folded by table and CJK (tokens one character each, the identity sketch in
+    Python) take the one call; Cyrillic look-alikes and Greek (no fold table) do not."""
+    for text in ("Plain news", "Straße Łódź café façade", "東京は日本の首都です 2024"):
+        assert DEFAULT._fused(text) is not None, text
+    assert DEFAULT._fused("東京は日本の首都です 2024").identity.shape[0] > 0
+    assert DEFAULT._fused("Ѕ ЅНА Το Υπουργείο") is None
+
+
 HTML = [
     "<html><body><nav>Home</nav><article><h1>Title</h1><p>Body text of the story &amp; more.</p></article>"
     "<footer>(c) site</footer><script>x()</script></body></html>",
