@@ -81,6 +81,12 @@ def _warm_up() -> None:
                     dedup.process(Article(id=f"{name}{i}", text=text, is_html=text.startswith("<html>")))
             finally:
                 dedup.close()
+    # and the chain of kernels that text the one-call fingerprint leaves takes (fingerprint_kernel)
+    from .config import EngineConfig
+    from .fingerprint import Fingerprinter, html_to_text
+    chain = Fingerprinter(EngineConfig())
+    for _, text in _sample_texts():
+        chain._chained(chain.unflagged(html_to_text(text) if text.startswith("<html>") else text))
 
 
 def _arg_spec(ty) -> list | None | bool:

@@ -135,7 +135,7 @@ def _word_jaccard(words_a, recs, at, w, counts, max_fill):
 
 @kernel
 def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of, rules, params,
-                      shared, usable, common, words_a, counts, identity_a, out, summary):
+                      shared, usable, common, words_a, counts, identity_a, out, summary, passed):
     """The rules of the engine on the ``m`` candidates whose whole records follow each other in
     ``recs`` (``lengths[i]`` bytes each, in ascending seq order) for the new article: its stored
     signature's rows ``query`` (int64), SimHash ``simhash``, set size ``n``, content-word bitmap
@@ -149,8 +149,9 @@ def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of,
     Writes, per candidate ``i``, ``out[O_*, i]`` (the rules passed as ``HIT_*`` bits, 0 for none; the
     containment direction; the Hamming distance; the rounded Jaccard and containment, as
     reported), and ``summary`` (the best candidate's index or -1, the template's or -1, the
-    template's identity agreement, ``UNCERTAIN`` or 0): both the caller's, kept from call to call
-    (no array is made per call). Returns ``m``.
+    template's identity agreement, ``UNCERTAIN`` or 0), and the indices of the candidates that
+    pass a rule (look-alikes too), ascending, in ``passed`` (int64): all the caller's, kept from
+    call to call (no array is made per call). Returns how many pass.
     """
     m = lengths.shape[0]
     summary[S_BEST] = -1.0
@@ -246,20 +247,21 @@ def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of,
                 if params[P_REWRITE_WORDS] > 0.0:
                     wj = _word_jaccard(words_a, recs, identity_at + 4 * k_id, w, counts, params[P_MAX_FILL])
                 if wj >= 0.0:
-                    passed = wj >= params[P_REWRITE_WORDS]
+                    rewritten = wj >= params[P_REWRITE_WORDS]
                 else:
                     stored_ids = _stored_identity(recs, identity_at, k_id)
                     both = _shared_pairs(identity_a, stored_ids)
                     smaller = min(identity_a.shape[0], k_id)
                     share = both / smaller if smaller else 0.0
-                    passed = both >= params[P_REWRITE_PAIRS] and share >= params[P_MIN_SHARE]
-                if passed:
+                    rewritten = both >= params[P_REWRITE_PAIRS] and share >= params[P_MIN_SHARE]
+                if rewritten:
                     hits = np.int64(HIT_REWRITE)
         if hits == 0:
             continue
         out[O_HITS, i], out[O_DIRECTION, i], out[O_HAMMING, i] = hits, direction, ham
         out[O_JACCARD, i], out[O_CONTAINMENT, i] = j, cont
         out[O_KEY, i] = max(j, cont if hits & HIT_CONTAINMENT else 0.0)
+        passed[passing] = i
         passing += 1
     # the passing candidates by score, earliest first on ties: the first that is not a look-alike
     check_identity = params[P_IDENTITY] > 0.0 and identity_a.shape[0] >= params[P_IDENTITY_TOKENS]
@@ -282,7 +284,7 @@ def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of,
                 continue
         summary[S_BEST] = top
         break
-    return m
+    return passing
 
 
 def rule_params(c: EngineConfig, short_range: tuple[int, int]) -> np.ndarray:
@@ -313,6 +315,8 @@ class CompiledRules:
         self.counts = np.array(rewrite._counts(rewrite.WORD_BITS), dtype=np.float64)
         self.out = np.zeros((7, 2048), dtype=np.float64)
         self.summary = np.zeros(4, dtype=np.float64)
+        self.passed = np.zeros(2048, dtype=np.int64)
+        self.passing = 0  # how many of the last call's candidates pass (their indices: passed[:passing])
         self._none = np.zeros(0, dtype=np.int64)
         self._no_words = np.zeros(0, dtype=np.uint8)
 
@@ -320,7 +324,7 @@ class CompiledRules:
             shared: list[int] | None = None, usable: int = 0, common: float = 0.0) -> np.ndarray | None:
         """The kernel on the candidates whose raw records are ``raw`` (ascending seqs) for an
         article (its signature's rows ``query``, int64): its per-candidate output (``O_*`` rows,
-        ``m`` columns: read before the next call) and :attr:`summary`; None where only the Python
+        ``m`` columns: read before the next call), :attr:`summary` and :attr:`passed`; None where only the Python
         rules can answer (a rounding at a half, a content-word bitmap of another size).
         ``shared``: the passage anchors each candidate shares, if looked up."""
         m = len(raw)
@@ -328,11 +332,12 @@ class CompiledRules:
             return None
         if m > self.out.shape[1]:
             self.out = np.zeros((7, 2 * m), dtype=np.float64)
-        _verify(np.frombuffer(b"".join(raw), dtype=np.uint8), np.fromiter(map(len, raw), np.int64, m), query,
+            self.passed = np.zeros(2 * m, dtype=np.int64)
+        self.passing = _verify(np.frombuffer(b"".join(raw), dtype=np.uint8), np.fromiter(map(len, raw), np.int64, m), query,
                 np.uint64(simhash), n, self.jaccard_of, self.jaccard4_of, self.rules, self.params,
                 np.array(shared, dtype=np.int64) if shared else self._none, usable, float(common),
                 np.frombuffer(words, dtype=np.uint8) if words else self._no_words, self.counts, identity,
-                self.out, self.summary)
+                self.out, self.summary, self.passed)
         return None if self.summary[S_UNCERTAIN] else self.out
 
 

@@ -365,9 +365,10 @@ class Deduplicator:
                                    if passage is not None else ()))
         if out is None:
             return self._verify_reference(view, article_id, fp, sig, seqs, passage, matched)
-        if matched is not None:
-            matched.update(found[i] for i in np.flatnonzero(out[candidate_rules.O_HITS, :len(found)]).tolist())
-        best, template, agreed, _ = self._compiled.summary.tolist()
+        rules = self._compiled
+        if matched is not None and rules.passing:
+            matched.update([found[i] for i in rules.passed[:rules.passing].tolist()])
+        best, template, agreed, _ = rules.summary.tolist()
         if best < 0:
             if template >= 0:
                 t = int(template)
