@@ -33,7 +33,7 @@ from .jit import compiling, inline, kernel, trusted
 
 if compiling():
     from .identity import _kind_counts  # (numba calls the kernel itself: compiled into this one)
-    from .kernels import popcount
+    from .kernels import popcount, record_head
 
 # params: the configuration's thresholds, as :func:`rule_params` lays them out
 P_JACCARD, P_SIMHASH_K, P_SIMHASH_JACCARD, P_SHORT_JACCARD, P_REWRITE_LOW, P_REWRITE_PAIRS, P_REWRITE_WORDS, \
@@ -176,12 +176,7 @@ def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of,
         out[O_HITS, i] = 0.0
         here = at
         at += lengths[i]
-        s = np.uint64(0)
-        for b in range(8):
-            s = (s << np.uint64(8)) | np.uint64(recs[here + 8 + b])
-        stored_n = 0
-        for b in range(4):
-            stored_n = (stored_n << 8) | np.int64(recs[here + 16 + b])
+        s, stored_n = record_head(recs, here)
         ham = np.int64(popcount(s ^ simhash))
         c = 0
         p = here + _HEAD

@@ -438,6 +438,19 @@ def popcount(x):
     return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
 
 
+@inline
+def record_head(buf, at):
+    """(SimHash, shingle count) of the article record whose bytes start at ``buf[at]``
+    (:mod:`stream_dedup.index_record`: big-endian, the SimHash at byte 8, the count at 16)."""
+    s = np.uint64(0)
+    for b in range(8):
+        s = (s << np.uint64(8)) | np.uint64(buf[at + 8 + b])
+    n = 0
+    for b in range(4):
+        n = (n << 8) | np.int64(buf[at + 16 + b])
+    return s, n
+
+
 @kernel
 def screen_candidates(heads, size, sig_at, query, simhash, n, jaccard_of, rules):
     """One pass over the candidates of a verification, from their records' fixed-size heads.
@@ -465,12 +478,7 @@ def screen_candidates(heads, size, sig_at, query, simhash, n, jaccard_of, rules)
     any_rule, simhash_rule, k, contained, rewrite_rule, length = rules[0], rules[1], rules[2], rules[3], rules[4], rules[5]
     for i in range(m):
         at = i * size
-        s = np.uint64(0)
-        for b in range(8):
-            s = (s << np.uint64(8)) | np.uint64(heads[at + 8 + b])
-        stored_n = 0
-        for b in range(4):
-            stored_n = (stored_n << 8) | np.int64(heads[at + 16 + b])
+        s, stored_n = record_head(heads, at)
         ham = np.int64(popcount(s ^ simhash))
         c = 0
         p = at + sig_at
