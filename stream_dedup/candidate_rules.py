@@ -11,8 +11,8 @@ a third of a decision. :func:`verify_candidates` does all of it in one pass over
 whole records (:mod:`stream_dedup.index_record`: the SimHash, set size, signature, identity
 sketch, content-word bitmap and passage-anchor count are read where the record keeps them).
 
-Its reference is the Python loop, :meth:`Deduplicator._verify_reference
-<stream_dedup.engine.Deduplicator._verify_reference>`: the kernel does the same float operations
+Its reference is the Python loop, :meth:`PythonRules._verify_reference
+<stream_dedup.python_rules.PythonRules._verify_reference>`: the kernel does the same float operations
 in the same order, so it returns the same floats, and ``tests/engine/test_candidate_rules.py``
 compares the two candidate by candidate (random records at every threshold) and decision by
 decision on the streams. One operation has no exact twin in numba: Python's ``round(x, 4)``,

@@ -10,7 +10,7 @@ tests compare it with bit for bit:
 * :func:`equal_counts`: agreeing rows of stored signatures (twin: numpy ``==`` and ``sum``).
 * :func:`screen_candidates`: a verification's candidates in one pass over their record heads:
   agreeing rows, shingle counts, SimHash distances and which may pass a text rule (twin:
-  :meth:`stream_dedup.engine.Deduplicator._may_pass` and ``equal_counts``).
+  :meth:`stream_dedup.python_rules.PythonRules._may_pass` and ``equal_counts``).
 * :func:`distinct_union`: the distinct members of two arrays, sorted (twin: ``np.union1d``).
 * :func:`sketch`: word k-shingle hashes (see :mod:`stream_dedup.hashing`), their distinct values,
   the exact MinHash minima (see :mod:`stream_dedup.minhash`) and the SimHash (see
