@@ -23,8 +23,8 @@ Layout:
   of the passage lists, whose nodes were ~40 % of the lists' memory.
 
 Memory: 12 bytes a slot, and 8 bytes a member of a list of two or more (node arrays also grown by
-half) (:attr:`MemberLists.nbytes`). The next arrays of a growth are faulted in ahead of their
-filler on another thread (:mod:`stream_dedup.prefault`).
+half) (:attr:`MemberLists.nbytes`). The next arrays of a growth are written (so faulted in) on a
+thread of their own while the adds go on (:mod:`stream_dedup.prefault`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import inline, kernel, trusted
-from .prefault import Ahead, NextArrays
+from .prefault import NextArrays
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key is it: see stream_dedup.band_table.band_keys)
 MAX_LOAD = 0.8   # slots used (live or emptied) at most; a growth leaves the live ones at most 0.8 / SLOT_GROWTH
@@ -46,8 +46,8 @@ UNCAPPED = 2**31 - 1  # a cap no list reaches
 #: (in both tables), the migration cursor in the draining table, the copy cursor in the old node arrays
 _META = 7
 #: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
-MIN_FILL, MIN_MIGRATE, MIN_COPY = 1 << 14, 1 << 14, 1 << 14
-PREPARE_NODES = 0.85  # node arrays this used: the larger ones are allocated and filled a chunk per add
+MIN_MIGRATE, MIN_COPY = 1 << 14, 1 << 14
+PREPARE_NODES = 0.85  # node arrays this used: the larger ones are allocated, written on a thread, then copied into a chunk per add
 MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 16, 12
 #: the largest seq a slot's head holds inline (``-2 - seq`` must fit an int32)
 INLINE_MAX = 2**31 - 2
@@ -286,7 +286,7 @@ class MemberLists:
     def _settled(self) -> None:
         """No growth under way (a new or loaded table)."""
         self.old_keys, self.old_head, self.mirror_seq, self.mirror_next = _NO_KEYS, _NO_HEADS, _NO_SEQS, _NO_HEADS
-        self._mirror_ahead: Ahead | None = None
+        self._next_nodes: NextArrays | None = None  # the larger node arrays while they are initialised
         self._next: NextArrays | None = None  # the next table's keys and heads while they are initialised
         if self.meta.shape[0] < _META:  # a snapshot of the format before incremental growth
             self.meta = np.concatenate([self.meta, np.zeros(_META - self.meta.shape[0], dtype=np.int64)])
@@ -299,9 +299,13 @@ class MemberLists:
     def settle(self) -> None:
         """Finish any growth under way (before a snapshot: it keeps one table and one pair of node arrays)."""
         self.mirror_seq, self.mirror_next = _NO_SEQS, _NO_HEADS  # (the node arrays are complete)
-        self._mirror_ahead = None
+        if self._next_nodes is not None:
+            self._next_nodes.cancel()
+            self._next_nodes = None
         self.meta[6] = 0
         self._migrate(self.old_keys.shape[0])
+        if self._next is not None:
+            self._next.cancel()  # (its next growth prepares another)
         self._next = None
 
     @property
@@ -319,8 +323,8 @@ class MemberLists:
         arrays = (self.slot_keys, self.slot_head, self.node_seq, self.node_next,
                   self.old_keys, self.old_head)
         # (the next table's and the larger node arrays' pages are resident as far as they are written)
-        return (sum(a.nbytes for a in arrays) + (self._next.nbytes if self._next is not None else 0)
-                + sum(a[:self.meta[6]].nbytes for a in (self.mirror_seq, self.mirror_next)))
+        return (sum(a.nbytes for a in (*arrays, self.mirror_seq, self.mirror_next))
+                + sum(n.nbytes for n in (self._next, self._next_nodes) if n is not None))
 
     def lookup(self, keys: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
         """uint32 members of the lists ``keys`` (uint64[m]), list after list, newest first
@@ -373,29 +377,34 @@ class MemberLists:
 
         Neither grows in one go (a rehash of every list in one add stalled that add: seconds at a
         few million articles). Nodes: past :data:`PREPARE_NODES` of them used, larger arrays are
-        allocated (zeroed lazily by the OS, not touched) and each add copies the next
-        :data:`COPY_PER_ENTRY` nodes per entry into them; the kernels keep reading the node arrays
-        and write a node in both if it is already copied; once all are they replace the node arrays. Slots: past
-        :data:`PREPARE_LOAD` the next table is allocated and initialised a chunk per add (so its
-        pages are not all faulted in by one add), while adds still go to the table; once it is
-        ready it becomes the table and the old one drains, :data:`MIGRATE_PER_ENTRY` slots per
+        allocated and written on a thread (:class:`~stream_dedup.prefault.NextArrays`: their page
+        faults taken on another core), then each add copies the next :data:`COPY_PER_ENTRY` nodes
+        per entry into them; the kernels keep reading the node arrays and write a node in both if it
+        is already copied; once all are they replace the node arrays. Slots: past
+        :data:`PREPARE_LOAD` the next table is allocated and initialised on a thread, while adds
+        still go to the table; once it is ready it becomes the table and the old one drains, :data:`MIGRATE_PER_ENTRY` slots per
         entry added (a key still there is moved first when added to). Both finish long before the
         next growth; a table that would still pass :data:`MAX_LOAD` finishes at once."""
         meta = self.meta
         nodes = 2 * entries  # an entry may take two: its own, and one for the member it joins inline
         # (meta.item: a numpy int64 compared with a float costs ~2.5 us, an int ~0.05)
-        if self._next is None and not self.mirror_seq.shape[0] and not self.old_keys.shape[0] \
-                and meta.item(1) + nodes <= PREPARE_NODES * self.node_seq.shape[0] \
+        if self._next is None and self._next_nodes is None and not self.mirror_seq.shape[0] \
+                and not self.old_keys.shape[0] and meta.item(1) + nodes <= PREPARE_NODES * self.node_seq.shape[0] \
                 and meta.item(0) + entries <= PREPARE_LOAD * self.slot_keys.shape[0]:
             return  # no growth under way nor due (most adds: an article's keys are filed one add each)
         if self.mirror_seq.shape[0]:
             self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
-        elif meta.item(1) + nodes > PREPARE_NODES * self.node_seq.shape[0]:
-            n = grown_size(self.node_seq.shape[0], meta.item(1) + nodes, PREPARE_NODES, GROWTH)
-            self.mirror_seq, self.mirror_next = np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.int32)
-            self._mirror_ahead = Ahead(self.mirror_seq, self.mirror_next, limit=self.node_seq.shape[0])
-            meta[6] = 0
-            self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
+        else:
+            if self._next_nodes is None and meta.item(1) + nodes > PREPARE_NODES * self.node_seq.shape[0]:
+                n = grown_size(self.node_seq.shape[0], meta.item(1) + nodes, PREPARE_NODES, GROWTH)
+                self._next_nodes = NextArrays(n, (np.uint32, 0), (np.int32, 0))  # (written on a thread)
+            # copied into once written (unless the nodes run out first: then wait for them)
+            if self._next_nodes is not None \
+                    and self._next_nodes.ready(wait=meta.item(1) + nodes > self.node_seq.shape[0]):
+                self.mirror_seq, self.mirror_next = self._next_nodes.arrays
+                self._next_nodes = None
+                meta[6] = 0
+                self._copy_nodes(COPY_PER_ENTRY * entries + MIN_COPY)
         if meta.item(1) + nodes > self.node_seq.shape[0]:  # (an add larger than the copy's head start)
             self._copy_nodes(self.node_seq.shape[0])
             if meta.item(1) + nodes > self.node_seq.shape[0]:
@@ -415,7 +424,7 @@ class MemberLists:
                              MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
             self._next = NextArrays(new, (np.uint64, EMPTY), (np.int32, -1))
         # (ready while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots)
-        if self._next is not None and self._next.advance(entries, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MIN_FILL, full):
+        if self._next is not None and self._next.ready(wait=full):
             self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         size = self.slot_keys.shape[0]
         if meta.item(0) + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
@@ -441,12 +450,9 @@ class MemberLists:
             self.mirror_seq[start:end] = self.node_seq[start:end]
             self.mirror_next[start:end] = self.node_next[start:end]
             self.meta[6] = end
-            if end < n and self._mirror_ahead is not None:
-                self._mirror_ahead.filled(end, steps)
             if end == n:
                 self.node_seq, self.node_next = self.mirror_seq, self.mirror_next
                 self.mirror_seq, self.mirror_next = _NO_SEQS, _NO_HEADS
-                self._mirror_ahead = None
                 self.meta[6] = 0
 
     def _migrate(self, steps: int) -> None:

@@ -43,7 +43,7 @@ PREPARE_LOAD = 0.62  # past this, the next table is allocated and initialised a 
 GROWTH = 2.0
 _META = 3  # slots used (live or removed) in the table, live entries (in both tables), the migration cursor
 #: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
-MIN_FILL, MIN_MIGRATE = 1 << 16, 1 << 14
+MIN_MIGRATE = 1 << 14
 MIGRATE_PER_ENTRY = 8
 _NO_FPS = np.zeros(0, dtype=np.uint64)
 _NO_TAGS = np.zeros(0, dtype=np.uint8)
@@ -191,6 +191,8 @@ class SimhashTable:
     def settle(self) -> None:
         """Finish any growth under way (before a snapshot: it keeps one table)."""
         self._migrate(self.old_tags.shape[0])
+        if self._next is not None:
+            self._next.cancel()  # (its next growth prepares another)
         self._next = None
 
     @property
@@ -230,7 +232,7 @@ class SimhashTable:
         """Room for ``entries`` more entries: the table kept at most :data:`MAX_LOAD` used.
 
         Incremental, as :meth:`stream_dedup.list_table.MemberLists.reserve`: past
-        :data:`PREPARE_LOAD` the next table is initialised a chunk per add, then it becomes the
+        :data:`PREPARE_LOAD` the next table is initialised on a thread (:class:`~stream_dedup.prefault.NextArrays`), then it becomes the
         table (adds go there) and the old one drains, :data:`MIGRATE_PER_ENTRY` slots per entry
         added; probes and removals look in both meanwhile. A table that would still pass
         :data:`MAX_LOAD` finishes at once."""
@@ -248,7 +250,7 @@ class SimhashTable:
             # (fps zeroed now, every page touched a chunk per add, not by the migration's scattered writes)
             self._next = NextArrays(new, (np.uint64, 0), (np.uint8, FREE), (np.uint32, 0))
         # (ready while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots)
-        if self._next is not None and self._next.advance(entries, 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MIN_FILL, full):
+        if self._next is not None and self._next.ready(wait=full):
             self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         size = self.fps.shape[0]
         if meta.item(0) + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)

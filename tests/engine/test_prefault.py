@@ -1,4 +1,4 @@
-"""stream_dedup.prefault: pages faulted in from another thread, contents untouched."""
+"""stream_dedup.prefault: a growing table's next arrays written on a thread, the tables' contents as without it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from stream_dedup.simhash_table import SimhashTable
 
 #: bytes an array needs to be a fresh mapping of its own, whatever glibc's heap holds
 FRESH = 64 << 20
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE is Linux's")
 
 
 def resident_pages(array: np.ndarray) -> int:
@@ -34,67 +33,43 @@ def resident_pages(array: np.ndarray) -> int:
     return sum(v & 1 for v in vec)
 
 
-@linux_only
-def test_populate_faults_in_every_whole_page_and_changes_nothing() -> None:
-    if not prefault._supported:
-        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
-    # over glibc's largest mmap threshold (32 MB): a fresh mapping, not resident yet
-    a = np.zeros(FRESH // 8 + 123, dtype=np.uint64)
-    a[:1000] = np.arange(1000, dtype=np.uint64)  # some written already
-    before = resident_pages(a)
-    assert prefault.populate(a)
-    after = resident_pages(a)
-    total = (a.nbytes // mmap.PAGESIZE) - 1
-    assert before < total // 2 < total <= after
-    assert a[:1000].tolist() == list(range(1000)) and not a[1000:].any()
+def test_next_arrays_are_written_on_a_thread_while_the_caller_goes_on() -> None:
+    """A large next array is filled by a thread: the constructor returns before it is written
+    (its pages not resident yet), ready() says so until it is, and then every element holds its
+    initial value (every page resident)."""
+    size = FRESH // 8
+    nxt = prefault.NextArrays(size, (np.uint64, np.uint64(2**64 - 1)), (np.int32, -1))
+    assert nxt._thread is not None
+    nxt.ready(wait=True)
+    assert nxt.ready() and nxt.filled == size and nxt.nbytes == size * 12
+    keys, heads = nxt.arrays
+    assert (keys == np.uint64(2**64 - 1)).all() and (heads == -1).all()
+    if sys.platform.startswith("linux"):
+        assert resident_pages(keys) >= keys.nbytes // mmap.PAGESIZE - 1
 
 
-@linux_only
-def test_ahead_faults_in_the_next_steps_only_from_its_thread() -> None:
-    if not prefault._supported:
-        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
-    step = FRESH // 8 // 40 * 2  # elements a fill: both arrays are fresh mappings (over FRESH bytes)
-    keys, heads = np.empty(40 * step, dtype=np.uint64), np.empty(40 * step, dtype=np.int32)
-    ahead = prefault.Ahead(keys, heads)
-    keys[:step], heads[:step] = 7, -1  # the filler's first step
-    ahead.filled(step, step)
-    prefault.wait_idle()
-    page = mmap.PAGESIZE
-    expected = (prefault.STEPS_AHEAD + 1) * step * keys.itemsize // page
-    assert expected - 2 <= resident_pages(keys) <= expected + 1024  # (a huge page may come whole)
-    assert resident_pages(keys) < 20 * step * keys.itemsize // page  # not the whole array
-    assert resident_pages(heads) >= (prefault.STEPS_AHEAD + 1) * step * heads.itemsize // page - 2
-    assert (keys[:step] == 7).all() and (heads[:step] == -1).all()
-    # a filler far ahead: only what lies after it is handed over, up to the end
-    ahead.filled(39 * step, step)
-    prefault.wait_idle()
-    assert ahead.done == keys.shape[0]
-    assert (prefault.STEPS_AHEAD + 2) * step * keys.itemsize // page - 4 <= resident_pages(keys) \
-        < 20 * step * keys.itemsize // page
+def test_small_next_arrays_are_filled_at_once_and_a_cancelled_fill_stops() -> None:
+    small = prefault.NextArrays(1000, (np.uint8, 7))
+    assert small._thread is None and small.ready() and (small.arrays[0] == 7).all()
+    big = prefault.NextArrays(16 * prefault.FILL_CHUNK, (np.uint64, 1))
+    big.cancel()
+    assert not big.ready(wait=True) and big.filled < big.size  # (stopped within a chunk or two)
 
 
-def test_an_unsupported_kernel_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prefault, "_supported", False)
-    big = np.zeros(1 << 20, dtype=np.uint64)
-    ahead = prefault.Ahead(big)
-    ahead.filled(0, 1 << 18)
-    assert ahead.done == 0 and prefault._worker.jobs.empty()
-    assert not prefault.populate(big)
-
-
-@pytest.mark.parametrize("supported", [True, False])
-def test_tables_grown_with_and_without_prefault_hold_the_same(monkeypatch: pytest.MonkeyPatch,
-                                                               supported: bool) -> None:
-    """Large enough for the next slot tables and node arrays to be faulted in ahead of their
-    fillers: every bucket and every SimHash probe answers as it must."""
-    monkeypatch.setattr(prefault, "_supported", supported and prefault._supported)
+@pytest.mark.parametrize("threaded", [True, False])
+def test_tables_grown_with_and_without_the_thread_hold_the_same(monkeypatch: pytest.MonkeyPatch,
+                                                                threaded: bool) -> None:
+    """Large enough for the next slot tables and node arrays to be written on their threads
+    (or at once, ``STREAM_DEDUP_NO_PREFAULT=1``): every bucket and every SimHash probe answers as
+    it must."""
+    monkeypatch.setattr(prefault, "_threaded", threaded)
     rng = np.random.default_rng(3)
     bands, n, batch = 8, 150_000, 500
     table = BandTable(bands, 5, cap=4)
     keys = rng.integers(0, 2**40, size=(n, bands), dtype=np.uint64)
     for first in range(0, n, batch):
         table.add(keys[first:first + batch], np.arange(first, first + batch, dtype=np.uint32))
-    assert table.slot_keys.shape[0] > 16 * prefault.MIN_ELEMENTS_AHEAD
+    assert table.slot_keys.shape[0] > 16 * prefault.MIN_THREADED
     probe = keys[rng.integers(0, n, size=2000)]
     for row in probe:
         got = table.lookup(row)
@@ -108,6 +83,6 @@ def test_tables_grown_with_and_without_prefault_hold_the_same(monkeypatch: pytes
     perm = tables.permute_many(fps)
     for first in range(0, n, batch):
         sim.add_many(perm[first:first + batch], np.arange(first, first + batch, dtype=np.uint32))
-    assert sim.fps.shape[0] > 16 * prefault.MIN_ELEMENTS_AHEAD and sim.entries == n * len(tables.key_masks)
+    assert sim.fps.shape[0] > 16 * prefault.MIN_THREADED and sim.entries == n * len(tables.key_masks)
     for i in rng.integers(0, n, size=500).tolist():
         assert i in sim.probe(perm[i], 0).tolist()
