@@ -319,8 +319,8 @@ class CompiledRules:
             shared: list[int] | None = None, usable: int = 0, common: float = 0.0) -> np.ndarray | None:
         """The kernel on the candidates whose raw records are ``raw`` (ascending seqs) for an
         article (its signature's rows ``query``, int64): its per-candidate output (``O_*`` rows,
-        ``m`` columns: read before the next call), :attr:`summary` and :attr:`passed`; None where only the Python
-        rules can answer (a rounding at a half, a content-word bitmap of another size).
+        ``m`` columns: read before the next call), :attr:`summary` and :attr:`passed`; None where
+        only the Python rules can answer (a rounding at a half, a content-word bitmap of another size).
         ``shared``: the passage anchors each candidate shares, if looked up."""
         m = len(raw)
         if words and len(words) != rewrite.WORD_BITS // 8:
@@ -328,11 +328,13 @@ class CompiledRules:
         if m > self.out.shape[1]:
             self.out = np.zeros((7, 2 * m), dtype=np.float64)
             self.passed = np.zeros(2 * m, dtype=np.int64)
-        self.passing = _verify(np.frombuffer(b"".join(raw), dtype=np.uint8), np.fromiter(map(len, raw), np.int64, m), query,
-                np.uint64(simhash), n, self.jaccard_of, self.jaccard4_of, self.rules, self.params,
-                np.array(shared, dtype=np.int64) if shared else self._none, usable, float(common),
-                np.frombuffer(words, dtype=np.uint8) if words else self._no_words, self.counts, identity,
-                self.out, self.summary, self.passed)
+        recs = np.frombuffer(b"".join(raw), dtype=np.uint8)
+        lengths = np.fromiter(map(len, raw), np.int64, m)
+        anchors = np.array(shared, dtype=np.int64) if shared else self._none
+        words_a = np.frombuffer(words, dtype=np.uint8) if words else self._no_words
+        self.passing = _verify(recs, lengths, query, np.uint64(simhash), n, self.jaccard_of, self.jaccard4_of,
+                               self.rules, self.params, anchors, usable, float(common), words_a, self.counts,
+                               identity, self.out, self.summary, self.passed)
         return None if self.summary[S_UNCERTAIN] else self.out
 
 
