@@ -162,7 +162,8 @@ class EngineConfig:
     seed: int = _opt(1, "Seed of every hash function. Changing it invalidates an existing index.")
     memory: int = _opt(
         2 << 30, "Memory for the index (RocksDB block cache, bloom filters and index blocks, memtables: one "
-        "budget), e.g. 512MB, 2GB. The LSH buckets, passage lists and SimHash tables are kept in memory outside it: "
+        "budget), e.g. 512MB, 2GB. The LSH buckets, passage lists and SimHash tables are kept in memory outside it "
+        "(and a cache of recent article records, 1/64 of it up to 64 MB): "
         "~1.1 GB per million articles, up to ~1.7 GB while a table grows (RSS 2.0 GB at 1,000,000 articles with "
         "2GB). With the default the rate stayed flat up to 1,000,000 articles (the median of every tenth of the run "
         "within 7 percent of the first tenth's CPU per record, README: Measured quality and speed); below "

@@ -103,6 +103,7 @@ _SCHEMA = 10
 _CONVERTED = (7, 8, 9)  # older formats converted by dropping what moved to memory
 _LEGACY_FAMILIES = ("simhash", PASSAGES)  # families of formats 9 and older, dropped on opening
 _NO_MEMBERS = np.zeros(0, dtype=np.uint32)
+RECORD_CACHE_MAX = 64 << 20  # bytes of recent article records kept in a dict at most (Index.records)
 _POINTS, _TIME, _RECEIPTS = "points", "time", "receipts"
 DEFAULT = "default"  # the family of the state, checkpoints and settings
 Entry = tuple[str, bytes, bytes]  # a write: (family, key, value)
@@ -165,6 +166,10 @@ class Index:
         self.num_perm = num_perm
         self._head_size = _RECORD.size + _SIG_DTYPE.itemsize * num_perm  # (a record's fixed-size head: screen)
         self.budget = budget = MemoryBudget(memory)
+        # the records read or written lately, by seq (a record never changes; a deleted one leaves)
+        self._records: dict[int, bytes] = {}
+        self._records_bytes = 0
+        self.record_cache_limit = min(RECORD_CACHE_MAX, memory // 64)
         opts = self._opts = budget.db_options()
         families = {
             _POINTS: budget.table_options(_POINT_PREFIX, MemtableFactory.hash_link_list(budget.hash_buckets)),
@@ -315,6 +320,32 @@ class Index:
     def get(self, keys, family: str = _POINTS):
         """The values of the list ``keys`` in the points family (one multi-get; None: absent), or of one key."""
         return self._points.get(keys) if keys else []
+
+    def records(self, seqs: list[int]) -> list[bytes | None]:
+        """The raw records of ``seqs`` (None: not indexed), through the cache of the records read or
+        written lately (:meth:`cache_records`). On short items 96 % of a verification's candidate
+        reads are of records read before (the same stories are candidates again and again): a
+        dict lookup each instead of a RocksDB multi-get, 8.6 -> ~2 us for 22 candidates."""
+        cache = self._records
+        out = [cache.get(s) for s in seqs]
+        if None in out:
+            missing = [s for s, v in zip(seqs, out, strict=True) if v is None]
+            read = dict(zip(missing, self._points.get([b"A" + _u64(s) for s in missing]), strict=True))
+            out = [read[s] if v is None else v for s, v in zip(seqs, out, strict=True)]
+            self.cache_records([(s, v) for s, v in read.items() if v is not None])
+        return out
+
+    def cache_records(self, items: list[tuple[int, bytes]]) -> None:
+        """Keep ``(seq, record)`` pairs that RocksDB holds in the record cache, the oldest cached
+        dropped past :attr:`record_cache_limit` bytes (``min(64 MB, --memory / 64)``: outside the
+        RocksDB budget, like the in-memory lists)."""
+        cache = self._records
+        for seq, value in items:
+            if seq not in cache:
+                cache[seq] = value
+                self._records_bytes += len(value)
+        while self._records_bytes > self.record_cache_limit and cache:
+            self._records_bytes -= len(cache.pop(next(iter(cache))))
 
     def articles(self, seqs: list[int]) -> list[StoredArticle]:
         if not seqs:
@@ -492,6 +523,7 @@ class Index:
         wb = WriteBatch(raw_mode=True)
         s8 = _u64(art.seq)
         wb.delete(b"A" + s8, points)
+        self._records_bytes -= len(self._records.pop(art.seq, b""))
         if self.seq_of(art.article_id) == art.seq:
             wb.delete(self._cached_id_key(art.article_id), points)
         wb.delete(_u64(int(art.first_seen * 1000)) + s8, self._cf[_TIME])

@@ -222,3 +222,37 @@ def test_a_rollback_past_a_capped_bucket_rebuilds_the_lists(tmp_path: Path) -> N
     view.rollback()
     assert index._lists is not None and _lists_state(index)[:2] == before
     index.close()
+
+
+def test_the_record_cache_holds_what_rocksdb_holds_and_forgets_deleted_records(
+        tmp_path: Path, textgen: SimpleNamespace) -> None:
+    """Index.records (a verification's candidates) answers from its cache what RocksDB holds: the
+    records a batch wrote are cached at its commit, a removed article's record is gone from both,
+    the cache stays under its limit, and decisions with the cache off are the same."""
+    from stream_dedup.index import _u64
+
+    stories = [textgen.words(seed, 120) for seed in range(40)]
+    articles = [Article(id=f"s{i}-{v}", text=textgen.text(words[:100 + 5 * v] + words[:3]))
+                for i, words in enumerate(stories) for v in range(3)]
+    events = {}
+    for limit in (None, 0):
+        with Deduplicator(EngineConfig(), tmp_path / f"state-{limit}") as d:
+            index = d.index
+            if limit is not None:
+                index.record_cache_limit = limit
+            events[limit] = [x.to_event() for i in range(0, len(articles), 16)
+                             for x in d.process_batch(articles[i:i + 16], now=NOW)]
+            seqs = list(range(index.next_seq))
+            stored = index._points.get([b"A" + _u64(s) for s in seqs])
+            assert index.records(seqs) == stored
+            if limit is None:
+                assert len(index._records) == len(seqs)  # every batch's records, cached at its commit
+                assert d.remove(articles[0].id)
+                assert index.records([0]) == [None] and 0 not in index._records
+                index.record_cache_limit = 3000
+                index.cache_records([(s, v) for s, v in zip(seqs[1:], stored[1:], strict=True)])
+                assert index._records_bytes <= 3000 and index.records(seqs[1:]) == stored[1:]
+            else:
+                assert not index._records
+    assert events[None] == events[0]
+    assert sum(e["type"] == "duplicate-of" for e in events[0]) >= 60
