@@ -1,4 +1,4 @@
-"""What does writing memory the process has not used before cost here? (stream_dedup.prefault's reason)
+"""What does writing memory the process has not used before cost here? (stream_dedup.next_arrays's reason)
 
     python bench/fresh_memory.py [--chunks 20] [--mb 512]
 

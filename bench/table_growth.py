@@ -18,7 +18,7 @@ share some, which makes the tables a little smaller, not the rehash cheaper per 
 prints every batch that took longer than ``--threshold-ms``: the articles filed by then, the
 table's size after it, and the milliseconds; then the median batch, the total and the worst batch.
 Memory: ~1.2-1.7 GB at 1M articles (the peak RSS is printed last). ``STREAM_DEDUP_NO_PREFAULT=1``
-measures the growth without :mod:`stream_dedup.prefault` (the filler takes its own page faults).
+fills the next arrays in the caller a chunk per add instead of on their thread (:mod:`stream_dedup.next_arrays`).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ Layout:
 
 Memory: 12 bytes a slot, and 8 bytes a member of a list of two or more (node arrays also grown by
 half) (:attr:`MemberLists.nbytes`). The next arrays of a growth are written (so faulted in) on a
-thread of their own while the adds go on (:mod:`stream_dedup.prefault`).
+thread of their own while the adds go on (:mod:`stream_dedup.next_arrays`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import inline, kernel, trusted
-from .prefault import NextArrays
+from .next_arrays import NextArrays
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key is it: see stream_dedup.band_table.band_keys)
 MAX_LOAD = 0.8   # slots used (live or emptied) at most; a growth leaves the live ones at most 0.8 / SLOT_GROWTH
@@ -377,7 +377,7 @@ class MemberLists:
 
         Neither grows in one go (a rehash of every list in one add stalled that add: seconds at a
         few million articles). Nodes: past :data:`PREPARE_NODES` of them used, larger arrays are
-        allocated and written on a thread (:class:`~stream_dedup.prefault.NextArrays`: their page
+        allocated and written on a thread (:class:`~stream_dedup.next_arrays.NextArrays`: their page
         faults taken on another core), then each add copies the next :data:`COPY_PER_ENTRY` nodes
         per entry into them; the kernels keep reading the node arrays and write a node in both if it
         is already copied; once all are they replace the node arrays. Slots: past

@@ -31,7 +31,7 @@ import numpy as np
 from .jit import inline, kernel, trusted
 from .kernels import popcount
 from .list_table import grown_size
-from .prefault import NextArrays
+from .next_arrays import NextArrays
 
 FREE = 0
 REMOVED = 255
@@ -232,7 +232,7 @@ class SimhashTable:
         """Room for ``entries`` more entries: the table kept at most :data:`MAX_LOAD` used.
 
         Incremental, as :meth:`stream_dedup.list_table.MemberLists.reserve`: past
-        :data:`PREPARE_LOAD` the next table is initialised on a thread (:class:`~stream_dedup.prefault.NextArrays`), then it becomes the
+        :data:`PREPARE_LOAD` the next table is initialised on a thread (:class:`~stream_dedup.next_arrays.NextArrays`), then it becomes the
         table (adds go there) and the old one drains, :data:`MIGRATE_PER_ENTRY` slots per entry
         added; probes and removals look in both meanwhile. A table that would still pass
         :data:`MAX_LOAD` finishes at once."""

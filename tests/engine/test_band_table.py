@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from stream_dedup import list_table, prefault
+from stream_dedup import list_table, next_arrays
 from stream_dedup.band_table import BandTable
 from stream_dedup.list_table import EMPTY
 
@@ -98,8 +98,8 @@ def test_incremental_growth_matches_the_model_mid_migration(cap: int, monkeypatc
     """Tiny growth steps, so adds, removes and lookups meet a table being initialised, a draining
     table and node arrays being copied, across several growths; a snapshot (settle, arrays copied,
     loaded) taken mid-growth holds the same lists and goes on the same."""
-    monkeypatch.setattr(prefault, "_threaded", False)  # a growth stepped through, a chunk per add
-    monkeypatch.setattr(prefault, "FILL_CHUNK", 100)
+    monkeypatch.setattr(next_arrays, "_threaded", False)  # a growth stepped through, a chunk per add
+    monkeypatch.setattr(next_arrays, "FILL_CHUNK", 100)
     monkeypatch.setattr(list_table, "MIN_MIGRATE", 2)
     monkeypatch.setattr(list_table, "MIN_COPY", 3)
     monkeypatch.setattr(list_table, "MIGRATE_PER_ENTRY", 1)
@@ -150,8 +150,8 @@ def test_incremental_growth_matches_the_model_mid_migration(cap: int, monkeypatc
 
 def test_a_large_add_mid_growth_finishes_the_growth_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """An add larger than what the paced growth leaves room for finishes it (and grows again) at once."""
-    monkeypatch.setattr(prefault, "_threaded", False)  # a growth stepped through, a chunk per add
-    monkeypatch.setattr(prefault, "FILL_CHUNK", 1)
+    monkeypatch.setattr(next_arrays, "_threaded", False)  # a growth stepped through, a chunk per add
+    monkeypatch.setattr(next_arrays, "FILL_CHUNK", 1)
     monkeypatch.setattr(list_table, "MIN_MIGRATE", 1)
     monkeypatch.setattr(list_table, "MIN_COPY", 1)
     monkeypatch.setattr(list_table, "MIGRATE_PER_ENTRY", 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stream_dedup import prefault, simhash_table
+from stream_dedup import next_arrays, simhash_table
 from stream_dedup.simhash import PermutedTables
 from stream_dedup.simhash_table import REMOVED, SimhashTable
 
@@ -78,8 +78,8 @@ def test_probe_and_removal_mid_growth_match_brute_force(monkeypatch: pytest.Monk
     """Tiny growth steps: probes, adds and removals meet a table being initialised and a draining
     table across several growths; a snapshot (settle, arrays copied, loaded) taken mid-growth
     holds the same entries."""
-    monkeypatch.setattr(prefault, "_threaded", False)  # a growth stepped through, a chunk per add
-    monkeypatch.setattr(prefault, "FILL_CHUNK", 3)
+    monkeypatch.setattr(next_arrays, "_threaded", False)  # a growth stepped through, a chunk per add
+    monkeypatch.setattr(next_arrays, "FILL_CHUNK", 3)
     monkeypatch.setattr(simhash_table, "MIN_MIGRATE", 2)
     monkeypatch.setattr(simhash_table, "MIGRATE_PER_ENTRY", 1)
     rng = np.random.default_rng(5)
@@ -118,8 +118,8 @@ def test_probe_and_removal_mid_growth_match_brute_force(monkeypatch: pytest.Monk
 
 def test_a_large_add_mid_growth_finishes_the_growth_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """An add larger than what the paced growth leaves room for finishes it (and grows again) at once."""
-    monkeypatch.setattr(prefault, "_threaded", False)  # a growth stepped through, a chunk per add
-    monkeypatch.setattr(prefault, "FILL_CHUNK", 1)
+    monkeypatch.setattr(next_arrays, "_threaded", False)  # a growth stepped through, a chunk per add
+    monkeypatch.setattr(next_arrays, "FILL_CHUNK", 1)
     monkeypatch.setattr(simhash_table, "MIN_MIGRATE", 1)
     monkeypatch.setattr(simhash_table, "MIGRATE_PER_ENTRY", 1)
     rng = np.random.default_rng(11)

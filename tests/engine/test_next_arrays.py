@@ -1,4 +1,4 @@
-"""stream_dedup.prefault: a growing table's next arrays written on a thread, the tables' contents as without it."""
+"""stream_dedup.next_arrays: a growing table's next arrays written on a thread, the tables' contents as without it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from stream_dedup import prefault
+from stream_dedup import next_arrays
 from stream_dedup.band_table import BandTable
 from stream_dedup.config import EngineConfig
 from stream_dedup.simhash import PermutedTables
@@ -38,7 +38,7 @@ def test_next_arrays_are_written_on_a_thread_while_the_caller_goes_on() -> None:
     (its pages not resident yet), ready() says so until it is, and then every element holds its
     initial value (every page resident)."""
     size = FRESH // 8
-    nxt = prefault.NextArrays(size, (np.uint64, np.uint64(2**64 - 1)), (np.int32, -1))
+    nxt = next_arrays.NextArrays(size, (np.uint64, np.uint64(2**64 - 1)), (np.int32, -1))
     assert nxt._thread is not None
     nxt.ready(wait=True)
     assert nxt.ready() and nxt.filled == size and nxt.nbytes == size * 12
@@ -49,9 +49,9 @@ def test_next_arrays_are_written_on_a_thread_while_the_caller_goes_on() -> None:
 
 
 def test_small_next_arrays_are_filled_at_once_and_a_cancelled_fill_stops() -> None:
-    small = prefault.NextArrays(1000, (np.uint8, 7))
+    small = next_arrays.NextArrays(1000, (np.uint8, 7))
     assert small._thread is None and small.ready() and (small.arrays[0] == 7).all()
-    big = prefault.NextArrays(16 * prefault.FILL_CHUNK, (np.uint64, 1))
+    big = next_arrays.NextArrays(16 * next_arrays.FILL_CHUNK, (np.uint64, 1))
     big.cancel()
     assert not big.ready(wait=True) and big.filled < big.size  # (stopped within a chunk or two)
 
@@ -62,14 +62,14 @@ def test_tables_grown_with_and_without_the_thread_hold_the_same(monkeypatch: pyt
     """Large enough for the next slot tables and node arrays to be written on their threads
     (or at once, ``STREAM_DEDUP_NO_PREFAULT=1``): every bucket and every SimHash probe answers as
     it must."""
-    monkeypatch.setattr(prefault, "_threaded", threaded)
+    monkeypatch.setattr(next_arrays, "_threaded", threaded)
     rng = np.random.default_rng(3)
     bands, n, batch = 8, 150_000, 500
     table = BandTable(bands, 5, cap=4)
     keys = rng.integers(0, 2**40, size=(n, bands), dtype=np.uint64)
     for first in range(0, n, batch):
         table.add(keys[first:first + batch], np.arange(first, first + batch, dtype=np.uint32))
-    assert table.slot_keys.shape[0] > 16 * prefault.MIN_THREADED
+    assert table.slot_keys.shape[0] > 16 * next_arrays.MIN_THREADED
     probe = keys[rng.integers(0, n, size=2000)]
     for row in probe:
         got = table.lookup(row)
@@ -83,6 +83,6 @@ def test_tables_grown_with_and_without_the_thread_hold_the_same(monkeypatch: pyt
     perm = tables.permute_many(fps)
     for first in range(0, n, batch):
         sim.add_many(perm[first:first + batch], np.arange(first, first + batch, dtype=np.uint32))
-    assert sim.fps.shape[0] > 16 * prefault.MIN_THREADED and sim.entries == n * len(tables.key_masks)
+    assert sim.fps.shape[0] > 16 * next_arrays.MIN_THREADED and sim.entries == n * len(tables.key_masks)
     for i in rng.integers(0, n, size=500).tolist():
         assert i in sim.probe(perm[i], 0).tolist()
