@@ -21,6 +21,7 @@ Checked parts of README.md:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import os
 import re
@@ -45,6 +46,7 @@ def command_reference() -> str:
     """Markdown: every flag of dedup, produce, tail, tune and config that is not a setting of the
     Configuration table (the worker takes only those)."""
     sys.path.insert(0, str(REPO))
+    from stream_dedup import config
     from stream_dedup.cli import build_parser
 
     parser = build_parser()
@@ -72,8 +74,12 @@ def command_reference() -> str:
             if name in ("produce", "tail"):
                 more = " Also the Kafka connection settings of the Configuration table: " + \
                     ", ".join(f"`{f}`" for f in shown) + "."
-            else:
-                more = " Also " + " and ".join(everything[s] for s in settings) + " of the Configuration table."
+            else:  # (a command that takes some of the worker's settings names them)
+                some = {s: [f"`{a.option_strings[-1]}`" for g in p._action_groups if g.title == s
+                            for a in g._group_actions] for s in settings}
+                more = " Also " + " and ".join(
+                    everything[s] if len(some[s]) == len(dataclasses.fields(getattr(config, s))) else ", ".join(some[s])
+                    for s in settings) + " of the Configuration table."
         out.append(f"**`stream-dedup {name}`**: {p.description or p.format_usage()}{more}\n\n"
                    "| argument | meaning |\n| --- | --- |\n" + "\n".join(rows) + "\n")
     return "\n".join(out)

@@ -301,10 +301,10 @@ class CompiledRules:
     """:func:`verify_candidates` with the arrays fixed by the configuration made once, and its
     output arrays kept (one engine decides one article at a time)."""
 
-    def __init__(self, c: EngineConfig, short_range: tuple[int, int], jaccard_of: list[float],
+    def __init__(self, c: EngineConfig, short_range: tuple[int, int], jaccard_of: np.ndarray,
                  jaccard4_of: list[float], rules: np.ndarray) -> None:
         self.params = rule_params(c, short_range)
-        self.jaccard_of = np.array(jaccard_of, dtype=np.float64)
+        self.jaccard_of = jaccard_of  # (the engine's float64 array, as the screen reads it)
         self.jaccard4_of = np.array(jaccard4_of, dtype=np.float64)
         self.rules = rules
         self.counts = np.array(rewrite._counts(rewrite.WORD_BITS), dtype=np.float64)

@@ -103,7 +103,7 @@ class Deduplicator(PythonRules):
         self._jaccard4_of = [round(j, 4) for j in self._jaccard_of]  # as reported (4 decimals), looked up too
         self._jaccard_array = np.array(self._jaccard_of, dtype=np.float64)  # (the same floats, for the screen)
         self._screen_rules = self._rules()
-        self._compiled = candidate_rules.CompiledRules(c, self._short_range, self._jaccard_of, self._jaccard4_of,
+        self._compiled = candidate_rules.CompiledRules(c, self._short_range, self._jaccard_array, self._jaccard4_of,
                                                        self._screen_rules)
 
     # -- public API -------------------------------------------------------------------------
@@ -212,8 +212,7 @@ class Deduplicator(PythonRules):
                 lookup = view.lookup(bucket_keys, permuted, c.simhash_k)
                 found = lookup.candidates()  # ascending
                 if len(found) > MAX_VERIFY:  # a flood of near-copies: verify a bounded subset
-                    near = lookup.simhash
-                    bounded = set(sorted(near)[:MAX_VERIFY // 2])
+                    bounded = set(sorted(lookup.simhash)[:MAX_VERIFY // 2])
                     bounded |= set(sorted(lookup.lsh - bounded)[: MAX_VERIFY - len(bounded)])
                     found = sorted(bounded)
             else:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import fingerprint_kernel, fold_table, kernels
+from . import fingerprint_kernel, kernels
 from .config import EngineConfig
-from .fold_table import fold_tokens
+from .fold_table import fold_tokens, identity_tables, token_tables
 from .folding import fold
 from .hashing import TokenHasher, exact_hash, shingle_hashes, sorted_unique
 from .headline import flag_words, strip_flag
@@ -182,8 +182,7 @@ class Fingerprinter:
         diacritics = bool(c.fold_diacritics)
         status, n, mins, sim, th, anchors, words, identity = _fingerprint_folded(
             np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8), is_ascii,
-            *fold_table._arrays(diacritics, "tokens", fold_table._blocks_needed),
-            *fold_table._arrays(diacritics, "identity", False), kernels.WORD_BYTES, c.seed, self.shingle_size,
+            *token_tables(diacritics), *identity_tables(diacritics), kernels.WORD_BYTES, c.seed, self.shingle_size,
             m._a_lo, m._a_hi, m.b, c.passage_window, MAX_ANCHORS, self.stop, WORD_SHIFT, self.keeps_words,
             c.identity_threshold > 0, IDENTITY_WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
         if status == fingerprint_kernel.TOKENS_NOT_FOLDED:

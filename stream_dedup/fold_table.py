@@ -177,6 +177,17 @@ def fold_tokens(text: str, diacritics: bool) -> tuple[np.ndarray, bool] | None:
     return (out, bool(split)) if ok else None
 
 
+def token_tables(diacritics: bool) -> tuple[np.ndarray, ...]:
+    """The arrays :func:`fold_tokens` folds with now (the blocks' entries too once a text needed
+    them), for a kernel that folds tokens itself (:mod:`stream_dedup.fingerprint_kernel`)."""
+    return _arrays(diacritics, "tokens", _blocks_needed)
+
+
+def identity_tables(diacritics: bool) -> tuple[np.ndarray, ...]:
+    """The arrays of :func:`fold_bytes` with ``kind="identity"``, for such a kernel."""
+    return _arrays(diacritics, "identity", False)
+
+
 def fold_identity_text(text: str, diacritics: bool) -> str | None:
     """``fold(text, diacritics, case=False)`` by table for text in the scripts the tables hold
     (Latin, CJK, Hangul, ...), whatever its fold (``ß`` and ``Ł`` keep theirs, CJK stays CJK); None

@@ -367,7 +367,7 @@ class Index:
         caller has read them.
         """
         if values is None:
-            values = self._points.get([b"A" + _u64(s) for s in seqs])
+            values = self.records(seqs)
         if None in values:  # an evicted candidate (rare)
             found = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
             seqs, values = [s for s, _ in found], [v for _, v in found]

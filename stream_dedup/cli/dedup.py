@@ -22,7 +22,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from ..config import EngineConfig, add_arguments, load, parse_duration
+from ..config import EngineConfig, ServiceConfig, add_arguments, load
 from ..gc_tuning import relax_collector
 from ..record import PROCESSING_ERROR, Article, RecordError, parse_record
 from .batches import AUTO_POOL_BYTES, BatchDecider, Decided, Line, fingerprint_pool, lines_with_readiness
@@ -76,24 +76,13 @@ def configure_dedup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats-every", type=int, default=0, metavar="N",
                    help="print a JSON line of statistics to stderr every N input lines: records/s over those "
                         "lines, RSS, index size, memory budget, block cache usage and hit rate (default: never)")
-    p.add_argument("--lists-snapshot-every", type=_seconds, default=DEFAULT_SNAPSHOT_EVERY, metavar="SECONDS",
-                   help="with --state: seconds between snapshots of the index's in-memory lists, written between "
-                        "batches and synced in a thread, so that a run killed without a clean stop restarts from "
-                        "the latest instead of building them from the whole index (0 = only at the end of the "
-                        f"input or Ctrl-C; default: {DEFAULT_SNAPSHOT_EVERY:.0f})")
     add_arguments(p, EngineConfig)
+    add_arguments(p, ServiceConfig, only=DEDUP_SERVICE_FIELDS)
     p.set_defaults(func=run_dedup)
 
 
-DEFAULT_SNAPSHOT_EVERY = 600.0
-
-
-def _seconds(value: str) -> float:
-    """A ``--lists-snapshot-every`` value: seconds, or a duration such as ``10m`` (0 or ``off``: none)."""
-    try:
-        return parse_duration(value) or 0.0
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+#: the settings of the Configuration table that ``dedup`` shares with the worker
+DEDUP_SERVICE_FIELDS = ("lists_snapshot_every",)
 
 
 def _snapshot_done(done: tuple[bool, float, float] | None) -> None:
@@ -170,6 +159,7 @@ def run_dedup(args: argparse.Namespace) -> int:
 
     # 1. validate everything: settings, input, state and every output path, before opening any output
     config = load(EngineConfig, args)
+    snapshot_every = load(ServiceConfig, args).lists_snapshot_every  # (seconds; None: only at the end)
     if args.max_reject_rate is not None and not 0.0 <= args.max_reject_rate <= 1.0:
         raise UsageError(f"--max-reject-rate {args.max_reject_rate}: must be within [0, 1]")
     if args.input != "-":
@@ -268,8 +258,7 @@ def run_dedup(args: argparse.Namespace) -> int:
         stack.callback(decider.close)
         # the lists' snapshot now and then, between batches (the last one at the end: Index.close)
         from ..lists_snapshot import SnapshotSchedule
-        snapshots = SnapshotSchedule(dedup.index, args.lists_snapshot_every) \
-            if state_arg and args.lists_snapshot_every else None
+        snapshots = SnapshotSchedule(dedup.index, snapshot_every) if state_arg and snapshot_every else None
 
         def send_pending() -> None:
             """Hand the pending records on; write what is decided."""
