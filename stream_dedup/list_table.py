@@ -423,7 +423,7 @@ class MemberLists:
             new = grown_size(size, meta.item(4) + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size,
                              MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
             self._next = NextArrays(new, (np.uint64, EMPTY), (np.int32, -1))
-        # (ready while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots)
+        # (installed once its thread has written it; an add that would pass MAX_LOAD meanwhile waits for it)
         if self._next is not None and self._next.ready(wait=full):
             self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         size = self.slot_keys.shape[0]

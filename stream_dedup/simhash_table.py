@@ -249,7 +249,7 @@ class SimhashTable:
             new = grown_size(size, meta.item(1) + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MAX_LOAD / GROWTH, GROWTH)
             # (fps zeroed now, every page touched a chunk per add, not by the migration's scattered writes)
             self._next = NextArrays(new, (np.uint64, 0), (np.uint8, FREE), (np.uint32, 0))
-        # (ready while the table passes at most 0.8 * (MAX_LOAD - PREPARE_LOAD) more of its slots)
+        # (installed once its thread has written it; an add that would pass MAX_LOAD meanwhile waits for it)
         if self._next is not None and self._next.ready(wait=full):
             self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
         size = self.fps.shape[0]
