@@ -33,7 +33,7 @@ from .jit import compiling, inline, kernel, trusted
 
 if compiling():
     from .identity import _kind_counts  # (numba calls the kernel itself: compiled into this one)
-    from .kernels import popcount, record_head
+    from .kernels import may_pass, popcount, record_head
 
 # params: the configuration's thresholds, as :func:`rule_params` lays them out
 P_JACCARD, P_SIMHASH_K, P_SIMHASH_JACCARD, P_SHORT_JACCARD, P_REWRITE_LOW, P_REWRITE_PAIRS, P_REWRITE_WORDS, \
@@ -159,8 +159,6 @@ def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of,
     summary[S_AGREED] = 0.0
     summary[S_UNCERTAIN] = 0.0
     rows = query.shape[0]
-    any_rule, simhash_rule, k_rule, contained_rule, rewrite_rule, length_rule = \
-        rules[0], rules[1], rules[2], rules[3], rules[4], rules[5]
     jaccard_threshold, simhash_k, simhash_min = params[P_JACCARD], params[P_SIMHASH_K], params[P_SIMHASH_JACCARD]
     short_jaccard, rewrite_low = params[P_SHORT_JACCARD], params[P_REWRITE_LOW]
     threshold = params[P_CONTAINED]
@@ -185,16 +183,8 @@ def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of,
             p += 2
         j_raw = jaccard_of[c]
         shared_i = shared[i] if anchors else 0
-        # the screen (Deduplicator._may_pass): no rule can pass the others (nor anchors shared)
-        may = j_raw >= any_rule or (ham <= k_rule and j_raw >= simhash_rule)
-        if not may:
-            if n <= stored_n:
-                shorter, longer = n, stored_n
-            else:
-                shorter, longer = stored_n, n
-            may = j_raw * (n + stored_n) >= contained_rule * (shorter if shorter else 1) * (1.0 + j_raw) \
-                or (j_raw >= rewrite_rule and shorter >= length_rule * (longer if longer else 1))
-        if not may and shared_i == 0:
+        # the screen: no rule can pass the others (nor anchors shared)
+        if shared_i == 0 and not may_pass(j_raw, ham, n, stored_n, rules):
             continue
         j = jaccard4_of[c]
         hits = np.int64(0)

@@ -439,6 +439,23 @@ def popcount(x):
 
 
 @inline
+def may_pass(j, ham, n, stored_n, rules):
+    """Whether a text rule may pass a candidate with the raw Jaccard estimate ``j``, SimHash
+    distance ``ham`` and shingle count ``stored_n`` (the new article's ``n``): the screen of
+    :func:`screen_candidates` and of :func:`stream_dedup.candidate_rules.verify_candidates`,
+    ``rules`` as :func:`screen_candidates` reads them (the float operations of
+    :meth:`~stream_dedup.python_rules.PythonRules._may_pass`, in the same order)."""
+    if j >= rules[0] or (ham <= rules[2] and j >= rules[1]):
+        return True
+    if n <= stored_n:
+        shorter, longer = n, stored_n
+    else:
+        shorter, longer = stored_n, n
+    return j * (n + stored_n) >= rules[3] * (shorter if shorter else 1) * (1.0 + j) \
+        or (j >= rules[4] and shorter >= rules[5] * (longer if longer else 1))
+
+
+@inline
 def record_head(buf, at):
     """(SimHash, shingle count) of the article record whose bytes start at ``buf[at]``
     (:mod:`stream_dedup.index_record`: big-endian, the SimHash at byte 8, the count at 16)."""
@@ -475,7 +492,6 @@ def screen_candidates(heads, size, sig_at, query, simhash, n, jaccard_of, rules)
     out = np.empty((3, m), dtype=np.int64)  # agreeing rows, shingle counts, Hamming distances
     may = np.empty(m, dtype=np.int64)
     kept = 0
-    any_rule, simhash_rule, k, contained, rewrite_rule, length = rules[0], rules[1], rules[2], rules[3], rules[4], rules[5]
     for i in range(m):
         at = i * size
         s, stored_n = record_head(heads, at)
@@ -487,17 +503,7 @@ def screen_candidates(heads, size, sig_at, query, simhash, n, jaccard_of, rules)
                 c += 1
             p += 2
         out[0, i], out[1, i], out[2, i] = c, stored_n, ham
-        j = jaccard_of[c]
-        if j >= any_rule or (ham <= k and j >= simhash_rule):
-            may[kept] = i
-            kept += 1
-            continue
-        if n <= stored_n:
-            shorter, longer = n, stored_n
-        else:
-            shorter, longer = stored_n, n
-        if j * (n + stored_n) >= contained * (shorter if shorter else 1) * (1.0 + j) \
-                or (j >= rewrite_rule and shorter >= length * (longer if longer else 1)):
+        if may_pass(jaccard_of[c], ham, n, stored_n, rules):
             may[kept] = i
             kept += 1
     return out, may[:kept]
