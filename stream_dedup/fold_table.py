@@ -14,10 +14,14 @@ UTF-8 bytes of its fold, and the kernel :func:`stream_dedup.kernels.fold_utf8` m
 through it in one pass. CJK punctuation, kana, ideographs and Hangul syllables fold to themselves
 and are held too (:data:`SELF_FOLDING_BLOCKS`, loaded when a text first needs them). A text holding
 any other character (a combining mark, a Cyrillic or Greek letter, an emoji) gets None and takes
-the full fold. The tables are built from :func:`fold` itself on first use (~30 ms; the blocks ~80 ms
-more), so they follow the running Python's Unicode data; ``tests/engine/test_fold_table.py``
-checks that every entry is context-free and that both paths give the same token hashes and
-identity sketches.
+the full fold. The tables are built from :func:`fold` itself (~10-25 ms; the blocks ~30-80 ms more),
+so they follow the running Python's Unicode data; ``tests/engine/test_fold_table.py`` checks that
+every entry is context-free and that both paths give the same token hashes and identity sketches.
+A process reads the arrays it folds with from a file beside this module (``_fold_tables/``, written
+by the first process that built them) while its stamp (a hash
+of the sources that define the folds, the Unicode data version and Python's) matches: ~0.1 ms
+instead of building them at every start (:func:`_arrays`); a file that cannot be read or written
+is built in memory, as before.
 
 The tables, for each ``diacritics`` setting:
 
@@ -34,8 +38,11 @@ The tables, for each ``diacritics`` setting:
 from __future__ import annotations
 
 import functools
+import os
 import re
+import sys
 import unicodedata
+from pathlib import Path
 
 import numpy as np
 
@@ -147,11 +154,86 @@ def _self_folding() -> dict[str, bytes]:
     return out
 
 
+#: where the tables' arrays are kept between processes (:func:`_arrays`)
+CACHE_DIR = Path(__file__).parent / "_fold_tables"
+#: the modules whose code makes the folds (their sources are in the cache files' stamp)
+_FOLD_SOURCES = ("fold_table.py", "folding.py", "text.py")
+_HEAD = 16  # bytes before the arrays in a cache file: the pool's length, then the stamp's first 8 bytes
+
+
+@functools.cache
+def cache_stamp() -> str:
+    """A hash of the sources that define the folds, the Unicode data and the Python version: a cache
+    file is read only under the stamp it was written with."""
+    try:
+        from _sha256 import sha256  # (CPython's own; hashlib loads OpenSSL, a few ms of a start)
+    except ImportError:
+        from hashlib import sha256
+    h = sha256(f"{unicodedata.unidata_version} {sys.version_info[:2]}".encode())
+    for name in _FOLD_SOURCES:
+        h.update((Path(__file__).parent / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_file(diacritics: bool, kind: str, blocks: bool) -> Path:
+    return CACHE_DIR / f"{cache_stamp()}-{int(diacritics)}-{kind}-{int(blocks)}.bin"
+
+
 @functools.cache
 def _arrays(diacritics: bool, kind: str, blocks: bool = False) -> tuple[np.ndarray, ...]:
     """(ascii_map, lengths, offsets, pool, flags) of one table (with the blocks' entries or not),
     as :func:`fold_utf8` reads them (``flags``: the characters tokenised one each,
-    :func:`stream_dedup.text.no_boundary_table`)."""
+    :func:`stream_dedup.text.no_boundary_table`): read from its cache file, else built (and the
+    file written for the next process, where it can be)."""
+    path = cache_file(diacritics, kind, blocks)
+    arrays = _read_cached(path)
+    if arrays is None:
+        arrays = _build_arrays(diacritics, kind, blocks)
+        _write_cached(path, arrays)
+    return arrays
+
+
+def _read_cached(path: Path) -> tuple[np.ndarray, ...] | None:
+    """The arrays of a cache file; None if it is missing, of another stamp or cut short. The arrays
+    are writable copies in a ``bytearray`` (a read-only array is another type to the kernels)."""
+    try:
+        data = bytearray(path.read_bytes())
+    except OSError:
+        return None
+    if len(data) < _HEAD or data[8:16] != bytes.fromhex(cache_stamp())[:8]:
+        return None
+    pool_length = int.from_bytes(data[:8], "little")
+    if len(data) != _HEAD + 128 + 0x10000 * 5 + pool_length:
+        return None
+    at = _HEAD
+    ascii_map = np.frombuffer(data, dtype=np.uint8, count=128, offset=at)
+    lengths = np.frombuffer(data, dtype=np.uint8, count=0x10000, offset=at + 128)
+    offsets = np.frombuffer(data, dtype="<u4", count=0x10000, offset=at + 128 + 0x10000).astype(np.uint32)
+    pool = np.frombuffer(data, dtype=np.uint8, count=pool_length, offset=at + 128 + 0x10000 * 5)
+    return ascii_map, lengths, offsets, pool, no_boundary_table()
+
+
+def _write_cached(path: Path, arrays: tuple[np.ndarray, ...]) -> None:
+    """Write ``arrays`` to ``path`` (atomically: a reader sees the whole file or none), and remove
+    the files of other stamps; where the directory cannot be written, nothing is (the next process
+    builds the tables again)."""
+    ascii_map, lengths, offsets, pool, _ = arrays
+    try:
+        CACHE_DIR.mkdir(exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(b"".join((pool.shape[0].to_bytes(8, "little"), bytes.fromhex(cache_stamp())[:8],
+                                  ascii_map.tobytes(), lengths.tobytes(), offsets.astype("<u4").tobytes(),
+                                  pool.tobytes())))
+        os.replace(tmp, path)
+        for old in CACHE_DIR.glob("*.bin"):
+            if not old.name.startswith(cache_stamp()):
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _build_arrays(diacritics: bool, kind: str, blocks: bool) -> tuple[np.ndarray, ...]:
+    """:func:`_arrays` built from :func:`tables` (or :func:`tables_with_blocks`)."""
     ascii_map = np.arange(128, dtype=np.uint8)
     if kind == "tokens":
         ascii_map[65:91] += 32  # ASCII folds to lower case (fold's ``text.lower()``)

@@ -155,3 +155,55 @@ def test_cjk_text_folds_by_table_and_splits() -> None:
         assert split and buf.tobytes().decode() == blank_non_word(fold(text, True))
         assert DEFAULT.fingerprint_text(text) == DEFAULT.fingerprint_reference(text)
     assert fold_tokens("caf\u00e9 \u2014 ok", True)[1] is False
+
+
+@pytest.fixture
+def fold_cache(tmp_path, monkeypatch):
+    """fold_table's cache directory in ``tmp_path``, the process's arrays forgotten before and after."""
+    from stream_dedup import fold_table
+
+    monkeypatch.setattr(fold_table, "CACHE_DIR", tmp_path / "cache")
+    fold_table._arrays.cache_clear()
+    yield fold_table
+    fold_table._arrays.cache_clear()
+
+
+@pytest.mark.parametrize("kind, blocks", [("tokens", False), ("identity", False), ("identity_any", True)])
+def test_the_tables_read_from_their_cache_file_are_the_tables_built(fold_cache, kind: str, blocks: bool) -> None:
+    built = fold_cache._build_arrays(True, kind, blocks)
+    first = fold_cache._arrays(True, kind, blocks)  # built, and written
+    path = fold_cache.cache_file(True, kind, blocks)
+    assert path.exists()
+    fold_cache._arrays.cache_clear()
+    read = fold_cache._read_cached(path)
+    assert read is not None
+    for a, b, c in zip(built, first, read, strict=True):
+        assert a.dtype == c.dtype and a.shape == c.shape and np.array_equal(a, b) and np.array_equal(a, c)
+        assert c.flags.writeable and c.flags.c_contiguous  # (the kernels' exported signatures)
+    text = "Él añadió: «¡Qué día!» — 5 ½ km, 東京 und Straße"
+    if kind == "tokens":
+        assert fold_cache.fold_tokens(text, True)[0].tobytes() == blank_non_word(fold(text, True)).encode("utf-8")
+
+
+def test_a_stale_or_cut_cache_file_is_built_again(fold_cache) -> None:
+    path = fold_cache.cache_file(False, "tokens", False)
+    fold_cache._arrays(False, "tokens", False)
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-1])  # cut short
+    assert fold_cache._read_cached(path) is None
+    path.write_bytes(whole[:8] + bytes(8) + whole[16:])  # another stamp
+    assert fold_cache._read_cached(path) is None
+    fold_cache._arrays.cache_clear()
+    fold_cache._arrays(False, "tokens", False)  # built again, and the file written again
+    assert path.read_bytes() == whole
+    other = path.parent / "0123456789abcdef-0-tokens-0.bin"  # a file of another stamp is removed
+    other.write_bytes(b"old")
+    fold_cache._write_cached(path, fold_cache._build_arrays(False, "tokens", False))
+    assert not other.exists() and path.exists()
+
+
+def test_an_unwritable_cache_directory_still_folds(fold_cache, tmp_path) -> None:
+    (tmp_path / "cache").write_text("a file where the directory would be")
+    arrays = fold_cache._arrays(True, "tokens", False)
+    assert np.array_equal(arrays[1], fold_cache._build_arrays(True, "tokens", False)[1])
+    assert fold_cache.fold_tokens("Café crème", True)[0].tobytes() == b"cafe creme"
