@@ -50,22 +50,26 @@ _UNKNOWN = object()  # a key not read yet
 NO_KEYS = np.zeros(0, dtype=np.uint64)  # the bucket keys of an article without shingles
 
 
-def run_batch(engine: Deduplicator, ids: list[str], fingerprint: Callable[[int], Fingerprint], nows: Sequence[float],
-              checkpoints: Sequence[tuple[str, int] | None] | None,
+def run_batch(engine: Deduplicator, ids: list[str], fingerprints: Callable[[list[int]], list[Fingerprint]],
+              nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
               receipts: Sequence[bytes | None] | None) -> list[Decision]:
     """The decisions of ``engine`` on ``ids`` (first seen at ``nows``) in order
     (:meth:`Deduplicator.decide_batch`): read the batch's ids, fingerprint the unknown ones
-    (``fingerprint(i)``), read their exact hashes (one multi-get each), decide one by one in a
-    :class:`BatchView`, write once."""
+    (``fingerprints(positions)``: theirs, in one call), read their exact hashes (one multi-get
+    each), decide one by one in a :class:`BatchView`, write once."""
     view = BatchView(engine.index)
     if len(ids) > 1:  # (a batch of one reads its keys one at a time: a multi-get of one key costs more)
         view.prefetch([view.id_key(i) for i in ids])
     prepared: list[Prepared | None] = [None] * len(ids)
     fresh: set[str] = set()
+    unknown: list[int] = []  # the positions of the first occurrence of each id not indexed (else a replay)
     for i, article_id in enumerate(ids):
-        if article_id not in fresh and view.seq_of(article_id) is None:  # else a replay
+        if article_id not in fresh and view.seq_of(article_id) is None:
             fresh.add(article_id)
-            prepared[i] = Prepared.of(fingerprint(i), engine.config.num_perm)
+            unknown.append(i)
+    if unknown:
+        for i, fp in zip(unknown, fingerprints(unknown), strict=True):
+            prepared[i] = Prepared.of(fp, engine.config.num_perm)
     todo = [p for p in prepared if p is not None]
     if len(todo) > 1:
         view.prefetch([b"X" + p.fp.exact for p in todo])

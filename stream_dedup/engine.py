@@ -131,7 +131,9 @@ class Deduplicator(PythonRules):
     def process_batch(self, articles: Sequence[Article], now: float | None = None,
                       checkpoints: Sequence[tuple[str, int] | None] | None = None) -> list[Decision]:
         """:meth:`process` on each article in order, in one atomic write (see :meth:`decide_batch`)."""
-        return self._batch([a.id for a in articles], lambda i: self.fingerprint(articles[i]), now, checkpoints)
+        return self._batch([a.id for a in articles],
+                           lambda at: self.fingerprinter.fingerprint_many([(articles[i].text, articles[i].is_html)
+                                                                           for i in at]), now, checkpoints)
 
     def decide_batch(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None],
                      now: float | Sequence[float] | None = None,
@@ -147,7 +149,7 @@ class Deduplicator(PythonRules):
         before the batch, at the first article's time. The fingerprint of an id known before it
         (a replay) is not used and may be None.
         """
-        return self._batch(list(ids), fingerprints.__getitem__, now, checkpoints, receipts)
+        return self._batch(list(ids), lambda at: [fingerprints[i] for i in at], now, checkpoints, receipts)
 
     def receipt(self, token: bytes) -> tuple[int, bool] | None:
         """``(checkpoint offset, replayed)`` of the delivery ``token`` if it was decided, else None.
@@ -171,7 +173,8 @@ class Deduplicator(PythonRules):
         art = self.index.article(seq) if seq is not None else None
         return None if art is None else Decision.from_stored(art.decision, art.article_id)
 
-    def _batch(self, ids: list[str], fingerprint: Callable[[int], Fingerprint], now: float | Sequence[float] | None,
+    def _batch(self, ids: list[str], fingerprints: Callable[[list[int]], list[Fingerprint]],
+               now: float | Sequence[float] | None,
                checkpoints: Sequence[tuple[str, int] | None] | None,
                receipts: Sequence[bytes | None] | None = None) -> list[Decision]:
         if now is None:
@@ -184,7 +187,7 @@ class Deduplicator(PythonRules):
             nows = now
         if nows:
             self._maybe_evict(nows[0])  # once per batch, before it (see decide_batch)
-        return run_batch(self, ids, fingerprint, nows, checkpoints, receipts)
+        return run_batch(self, ids, fingerprints, nows, checkpoints, receipts)
 
     def _decide(self, view: BatchView, article_id: str, prep: Prepared | None, now: float,
                 checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> Decision:

@@ -48,8 +48,13 @@ def _init(config: EngineConfig) -> None:
 
 
 def _fingerprint_chunk(texts: list[tuple[str, bool]]) -> list[bytes | str]:
-    """Each text's :meth:`Fingerprint.to_bytes`, or ``"Type: message"`` if it raised."""
+    """Each text's :meth:`Fingerprint.to_bytes`, or ``"Type: message"`` if it raised (all in one
+    :meth:`~Fingerprinter.fingerprint_many`, else one at a time)."""
     fingerprinter = _fingerprinter[0]
+    try:
+        return [fp.to_bytes() for fp in fingerprinter.fingerprint_many(texts)]
+    except Exception:  # noqa: BLE001, S110 - one at a time below: the failing text gets its message
+        pass
     out: list[bytes | str] = []
     for text, is_html in texts:
         try:

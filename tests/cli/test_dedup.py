@@ -372,22 +372,25 @@ def test_bad_memory_is_a_usage_error(value: str, message: str, tmp_path: Path,
 
 
 def test_a_record_that_fails_in_a_batch_is_rejected_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`dedup` decides a file's records in batches (Deduplicator.process_batch); a record whose
-    processing raises makes the batch write nothing, and the batch is redone one record at a time:
-    only that record is rejected, and the others get the events of a run without it."""
-    lines = [json.dumps({"id": f"r{i}", "text": f"story {i % 7} " + "words of the story " * 20}) for i in range(40)]
+    """`dedup` decides a file's records in batches (Deduplicator.process_batch, their fingerprints in
+    one call); a record whose processing raises makes the batch write nothing, and the batch is redone
+    one record at a time: only that record is rejected, and the others get the events of a run without it."""
+    from stream_dedup.fingerprint import Fingerprinter
+
+    lines = [json.dumps({"id": f"r{i}", "text": f"story {i % 7} tale {i} " + "words of the story " * 20})
+             for i in range(40)]
     inp = tmp_path / "in.jsonl"
     inp.write_text("\n".join(lines) + "\n")
     (tmp_path / "without.jsonl").write_text("\n".join(line for i, line in enumerate(lines) if i != 13) + "\n")
     assert run(["dedup", str(tmp_path / "without.jsonl"), "--out", str(tmp_path / "ref.jsonl"), "-q"]) == 0
-    fingerprint = Deduplicator.fingerprint
+    unflagged = Fingerprinter.unflagged  # (every text passes it, in a batch's one call or alone)
 
-    def failing(self, article):
-        if article.id == "r13":
+    def failing(self, text):
+        if " tale 13 " in text:
             raise RuntimeError("boom")
-        return fingerprint(self, article)
+        return unflagged(self, text)
 
-    monkeypatch.setattr(Deduplicator, "fingerprint", failing)
+    monkeypatch.setattr(Fingerprinter, "unflagged", failing)
     out, rejects = tmp_path / "out.jsonl", tmp_path / "rej.jsonl"
     assert run(["dedup", str(inp), "--out", str(out), "--rejects", str(rejects), "-q"]) == 0
     assert [(r["line"], r["reason"]) for r in read_jsonl(rejects)] == [(14, "processing_error")]
@@ -420,14 +423,14 @@ def test_a_text_that_fails_in_a_fingerprint_process_is_rejected_alone(tmp_path: 
     inp.write_text("\n".join(lines) + "\n")
     (tmp_path / "without.jsonl").write_text("\n".join(line for i, line in enumerate(lines) if i != 300) + "\n")
     assert run(["dedup", str(tmp_path / "without.jsonl"), "--out", str(tmp_path / "ref.jsonl"), "-q"]) == 0
-    fingerprint_text = Fingerprinter.fingerprint_text
+    unflagged = Fingerprinter.unflagged  # (every text passes it, in a batch's one call or alone)
 
-    def failing(self, text, is_html=False):
+    def failing(self, text):
         if text.startswith("story 6 tale 300 "):
             raise RuntimeError("boom")
-        return fingerprint_text(self, text, is_html)
+        return unflagged(self, text)
 
-    monkeypatch.setattr(Fingerprinter, "fingerprint_text", failing)  # (the forked children inherit it)
+    monkeypatch.setattr(Fingerprinter, "unflagged", failing)  # (the forked children inherit it)
     out, rejects = tmp_path / "out.jsonl", tmp_path / "rej.jsonl"
     assert run(["dedup", str(inp), "--out", str(out), "--rejects", str(rejects), "-q",
                 "--fingerprint-processes", "2"]) == 0
@@ -448,14 +451,14 @@ def test_a_fingerprint_process_that_dies_costs_nothing(tmp_path: Path, monkeypat
     inp = tmp_path / "in.jsonl"
     inp.write_text("\n".join(lines) + "\n")
     assert run(["dedup", str(inp), "--out", str(tmp_path / "ref.jsonl"), "-q", "--fingerprint-processes", "0"]) == 0
-    fingerprint_text = Fingerprinter.fingerprint_text
+    unflagged = Fingerprinter.unflagged
 
-    def dying(self, text, is_html=False):
+    def dying(self, text):
         if " tale 700 " in text and multiprocessing.parent_process() is not None:
             os._exit(3)
-        return fingerprint_text(self, text, is_html)
+        return unflagged(self, text)
 
-    monkeypatch.setattr(Fingerprinter, "fingerprint_text", dying)
+    monkeypatch.setattr(Fingerprinter, "unflagged", dying)
     out = tmp_path / "out.jsonl"
     with caplog.at_level("WARNING", logger="stream_dedup"):
         assert run(["dedup", str(inp), "--out", str(out), "-q", "--fingerprint-processes", "1"]) == 0

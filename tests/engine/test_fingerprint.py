@@ -308,3 +308,36 @@ def test_a_version_1_fingerprint_is_refused_by_name() -> None:
         Fingerprint.from_bytes(b"\x02" + GOOD[1:])
     with pytest.raises(ValueError, match="unknown fingerprint version 3 .*same release"):  # before word bitmaps
         Fingerprint.from_bytes(b"\x03" + GOOD[1:])
+
+
+def _same(a: Fingerprint, b: Fingerprint) -> bool:
+    """Equal values of the same types and dtypes (what a stored record or the wire form keeps)."""
+    return a == b and type(a.simhash) is type(b.simhash) is int and type(a.n_shingles) is type(b.n_shingles) is int \
+        and all(getattr(a, f).dtype == getattr(b, f).dtype for f in ("minhash", "identity", "anchors")) \
+        and a.to_bytes() == b.to_bytes()
+
+
+@pytest.mark.parametrize("config", [EngineConfig(), EngineConfig(num_perm=64, shingle_size=3, seed=9),
+                                    EngineConfig(identity_threshold=0, rewrite_jaccard=0),
+                                    EngineConfig(char_shingles=True)])
+def test_a_batch_in_one_call_equals_each_text_alone(config: EngineConfig) -> None:
+    """Fingerprinter.fingerprint_many (fingerprint_kernel.fingerprint_many: every text the fold tables
+    hold in one call) gives each text the fingerprint of fingerprint_text: ASCII, Latin folded by
+    table, CJK split per character, HTML, empty text, and the texts left to the chain (Cyrillic
+    look-alikes, Greek: no fold table) in their places."""
+    fpr = Fingerprinter(config)
+    items = [(t, False) for t in TEXTS] + [(h, True) for h in HTML] + [
+        ("Straße Łódź café façade", False), ("Ѕ ЅНА Το Υπουργείο", False), ("東京は日本の首都です 2024", False),
+        ("", False), ("BREAKING: Markets close higher", False), (PINNED_TEXT, False), ("Plain news", False)]
+    many = fpr.fingerprint_many(items)
+    assert len(many) == len(items)
+    for (text, is_html), fp in zip(items, many, strict=True):
+        assert _same(fp, fpr.fingerprint_text(text, is_html)), text
+
+
+def test_a_batch_in_one_call_equals_each_text_alone_on_the_shared_stream(shared_stream) -> None:
+    records, _ = shared_stream(600)
+    items = [(r["text"], False) if r.get("text") is not None else (r["html"], True) for r in records]
+    assert any(html for _, html in items) and any(not t.isascii() for t, _ in items)
+    many = [fp for i in range(0, len(items), 256) for fp in DEFAULT.fingerprint_many(items[i:i + 256])]
+    assert all(_same(a, DEFAULT.fingerprint_text(*item)) for a, item in zip(many, items, strict=True))

@@ -67,3 +67,26 @@ def test_compute_pool_child_process_round_trip_and_failure():
         asyncio.run(run())
     finally:
         pool.close()
+
+
+def test_a_record_whose_fingerprint_raises_is_dead_lettered_alone(monkeypatch):
+    """The batch's fingerprints are one call; when it raises, the records are fingerprinted one at a
+    time: only the failing one becomes a ``processing_error``, the others get the signatures of a
+    batch without it."""
+    from stream_dedup.fingerprint import Fingerprinter
+
+    stage1.init(EngineConfig())
+    items = [(json.dumps({"id": f"p{i}", "text": f"{TEXT} story {i}"}).encode(), "t", 0, i, 0) for i in range(8)]
+    clean = stage1.compute([item for i, item in enumerate(items) if i != 5])
+    unflagged = Fingerprinter.unflagged
+
+    def failing(self, text):
+        if text.endswith(" story 5"):
+            raise RuntimeError("boom")
+        return unflagged(self, text)
+
+    monkeypatch.setattr(Fingerprinter, "unflagged", failing)
+    out = stage1.compute(items)
+    assert out[5] == ("dlq", stage1.PROCESSING_ERROR, "RuntimeError: boom")
+    fingerprints = [(r[1], SignatureRecord.decode(r[2]).fingerprint) for r in out if r[0] == "sig"]
+    assert fingerprints == [(r[1], SignatureRecord.decode(r[2]).fingerprint) for r in clean]
