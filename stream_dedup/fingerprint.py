@@ -52,7 +52,6 @@ _NO_IDENTITY = np.zeros(0, dtype=np.uint32)
 _token_hashes_utf8, _sketch, _winnow = trusted(kernels.token_hashes_utf8), trusted(kernels.sketch), trusted(winnow)
 _token_hashes_split = trusted(kernels.token_hashes_split)  # the same, and the table's own bool array
 _fingerprint_folded = trusted(fingerprint_kernel.fingerprint_folded)  # the same, and the fold tables' own arrays
-_fingerprint_many = trusted(fingerprint_kernel.fingerprint_many)  # the same, and the batch's offsets and flags
 
 
 def html_to_text(html: str) -> str:
@@ -178,37 +177,12 @@ class Fingerprinter:
 
     def fingerprint_many(self, texts: Sequence[tuple[str, bool]]) -> list[Fingerprint]:
         """:meth:`fingerprint_text` of each ``(text, is_html)``, the texts the fold tables hold in one
-        compiled call for all of them (:func:`~stream_dedup.fingerprint_kernel.fingerprint_many`):
-        the same fingerprints, without a kernel call's ~3 us of argument and result boxing per
-        text. The fingerprints' arrays are views of the batch's."""
-        if self.config.char_shingles or len(texts) < 2:
-            return [self.fingerprint_text(text, is_html) for text, is_html in texts]
-        plain = [self.unflagged(html_to_text(text) if is_html else text) for text, is_html in texts]
-        encoded = [text.encode("utf-8", "surrogatepass") for text in plain]
-        starts = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum([len(e) for e in encoded], out=starts[1:])
-        c, m = self.config, self.minhasher
-        diacritics = bool(c.fold_diacritics)
-        status, counts, sims, mins, ends, th, anchors, words, identity = _fingerprint_many(
-            np.frombuffer(b"".join(encoded), dtype=np.uint8), starts,
-            np.array([text.isascii() for text in plain], dtype=np.bool_),
-            *token_tables(diacritics), *identity_tables(diacritics), kernels.WORD_BYTES, c.seed, self.shingle_size,
-            m._a_lo, m._a_hi, m.b, c.passage_window, MAX_ANCHORS, self.stop, WORD_SHIFT, self.keeps_words,
-            c.identity_threshold > 0, IDENTITY_WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
-        out: list[Fingerprint] = []
-        seed, done, not_folded = c.seed, fingerprint_kernel.DONE, fingerprint_kernel.TOKENS_NOT_FOLDED
-        word_bytes = words.tobytes()
-        t0 = a0 = w0 = i0 = 0
-        for i, (st, n, sim, (t1, a1, w1, i1)) in enumerate(zip(status.tolist(), counts.tolist(), sims.tolist(),
-                                                               ends.tolist(), strict=True)):
-            if st == not_folded:
-                out.append(self._chained(plain[i]))
-            else:
-                out.append(Fingerprint(minhash=mins[i], simhash=sim, exact=exact_hash(th[t0:t1], seed), n_shingles=n,
-                                       anchors=anchors[a0:a1], words=word_bytes[w0:w1] if w1 > w0 else NO_WORDS,
-                                       identity=identity[i0:i1] if st == done else self._identity(plain[i])))
-            t0, a0, w0, i0 = t1, a1, w1, i1
-        return out
+        compiled call for all of them (:mod:`stream_dedup.fingerprint_batch`): the same
+        fingerprints, without a kernel call's ~3 us of argument and result boxing per text. The
+        fingerprints' arrays are views of the batch's."""
+        from .fingerprint_batch import FingerprintBatch
+
+        return FingerprintBatch.of(self, texts).fingerprints()
 
     def _fused(self, text: str) -> Fingerprint | None:
         """:meth:`_chained` in one compiled call (:mod:`stream_dedup.fingerprint_kernel`), or None

@@ -4,8 +4,9 @@ Deciding is sequential (each article is decided against every one before it), fi
 not: an article's fingerprint depends on its text alone. So ``stream-dedup dedup`` hands each batch
 of parsed articles to :class:`FingerprintPool` as soon as it is read and decides the batch before
 it meanwhile; the decisions are those of the in-process path (:meth:`Deduplicator.decide_batch`
-on the same fingerprints: the same bytes, :meth:`Fingerprint.to_bytes` crosses the process
-boundary). The Kafka worker does the same split with its stage-1 processes.
+on the same fingerprints: a child sends a batch's back as one
+:class:`~stream_dedup.fingerprint_batch.FingerprintBatch`, the values of
+:meth:`Fingerprinter.fingerprint_many`). The Kafka worker does the same split with its stage-1 processes.
 
 Children are forked (they inherit the loaded kernels: no start-up of their own) and ignore SIGINT
 and SIGTERM (the parent handles them: it finishes the batch in hand, then stops). A batch is split
@@ -23,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING
 
 from .fingerprint import Fingerprint, Fingerprinter
+from .fingerprint_batch import FingerprintBatch
 
 if TYPE_CHECKING:
     from .config import EngineConfig
@@ -47,12 +49,13 @@ def _init(config: EngineConfig) -> None:
     _fingerprinter.append(Fingerprinter(config))
 
 
-def _fingerprint_chunk(texts: list[tuple[str, bool]]) -> list[bytes | str]:
-    """Each text's :meth:`Fingerprint.to_bytes`, or ``"Type: message"`` if it raised (all in one
-    :meth:`~Fingerprinter.fingerprint_many`, else one at a time)."""
+def _fingerprint_chunk(texts: list[tuple[str, bool]]) -> FingerprintBatch | list[bytes | str]:
+    """The texts' fingerprints as one :class:`~stream_dedup.fingerprint_batch.FingerprintBatch` (one
+    pickle of a few arrays); if that raises, each text's :meth:`Fingerprint.to_bytes`, or
+    ``"Type: message"`` for the text that raised."""
     fingerprinter = _fingerprinter[0]
     try:
-        return [fp.to_bytes() for fp in fingerprinter.fingerprint_many(texts)]
+        return FingerprintBatch.of(fingerprinter, texts)
     except Exception:  # noqa: BLE001, S110 - one at a time below: the failing text gets its message
         pass
     out: list[bytes | str] = []
@@ -74,7 +77,7 @@ class FingerprintPool:
         self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
                                          initializer=_init, initargs=(config,))
 
-    def submit(self, articles: list[Article]) -> list[Future[list[bytes | str]]]:
+    def submit(self, articles: list[Article]) -> list[Future[FingerprintBatch | list[bytes | str]]]:
         """Start fingerprinting ``articles``; :meth:`fingerprints` of what this returns gives them."""
         texts = [(a.text, a.is_html) for a in articles]
         size = -(-len(texts) // self.processes) or 1
@@ -84,13 +87,16 @@ class FingerprintPool:
             raise PoolBroken(str(exc) or "a fingerprint process died") from exc
 
     @staticmethod
-    def fingerprints(futures: list[Future[list[bytes | str]]]) -> list[Fingerprint | FingerprintFailed]:
+    def fingerprints(futures: list[Future[FingerprintBatch | list[bytes | str]]]) -> list[Fingerprint | FingerprintFailed]:
         """The fingerprints of a :meth:`submit`'s articles, in order (waits for them)."""
         out: list[Fingerprint | FingerprintFailed] = []
         try:
             for future in futures:
-                out += [Fingerprint.from_bytes(r) if isinstance(r, bytes) else FingerprintFailed(r)
-                        for r in future.result()]
+                result = future.result()
+                if isinstance(result, FingerprintBatch):
+                    out += result.fingerprints()
+                else:
+                    out += [Fingerprint.from_bytes(r) if isinstance(r, bytes) else FingerprintFailed(r) for r in result]
         except BrokenProcessPool as exc:
             raise PoolBroken(str(exc) or "a fingerprint process died") from exc
         return out

@@ -341,3 +341,20 @@ def test_a_batch_in_one_call_equals_each_text_alone_on_the_shared_stream(shared_
     assert any(html for _, html in items) and any(not t.isascii() for t, _ in items)
     many = [fp for i in range(0, len(items), 256) for fp in DEFAULT.fingerprint_many(items[i:i + 256])]
     assert all(_same(a, DEFAULT.fingerprint_text(*item)) for a, item in zip(many, items, strict=True))
+
+
+def test_a_batch_crosses_a_process_boundary_in_one_pickle() -> None:
+    """What a dedup fingerprint process sends back (fingerprint_pool): the batch's arrays in one
+    pickle, the texts left to the chain whole; unpickled, each text's fingerprint."""
+    import pickle
+
+    from stream_dedup.fingerprint_batch import FingerprintBatch
+
+    items = [(t, False) for t in TEXTS] + [("Ѕ ЅНА Το Υπουργείο", False), ("東京は日本の首都です 2024", False), ("", False)]
+    batch = FingerprintBatch.of(DEFAULT, items)
+    assert batch.whole and len(batch.whole) < len(items)  # (some texts whole, most as rows of the arrays)
+    back = pickle.loads(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+    assert len(back) == len(items)
+    for (text, is_html), fp in zip(items, back.fingerprints(), strict=True):
+        assert _same(fp, DEFAULT.fingerprint_text(text, is_html)), text
+    assert FingerprintBatch.of(DEFAULT, []).fingerprints() == []

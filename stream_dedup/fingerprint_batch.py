@@ -1,0 +1,113 @@
+"""The fingerprints of a batch of texts as a few arrays: one compiled call computes them, one pickle
+carries them to another process.
+
+:func:`~stream_dedup.fingerprint_kernel.fingerprint_many` fingerprints every text the fold tables
+hold in one call (the per-call cost of a kernel, ~3 us of argument and result boxing, was a fifth
+of a short item's fingerprint) and returns the batch's values as arrays: the MinHash minima as rows
+of one ``uint32[n, num_perm]``, and the anchors, content-word bitmaps and identity sketches each
+concatenated with where each text's end. :class:`FingerprintBatch` keeps them so, with the exact
+hashes, and the whole fingerprint of the texts the call leaves to the chain of kernels
+(:meth:`Fingerprinter._chained <stream_dedup.fingerprint.Fingerprinter._chained>`: a character
+no fold table holds; an identity text that does not fold to ASCII). :meth:`FingerprintBatch.fingerprints`
+gives one :class:`~stream_dedup.fingerprint.Fingerprint` per text, its arrays views of the batch's:
+the same values as :meth:`Fingerprinter.fingerprint_text <stream_dedup.fingerprint.Fingerprinter.fingerprint_text>`
+(``tests/engine/test_fingerprint.py``). The ``dedup`` command's fingerprint processes send a
+batch back so (:mod:`stream_dedup.fingerprint_pool`): one pickle of a few arrays, where a
+fingerprint's bytes each (:meth:`Fingerprint.from_bytes <stream_dedup.fingerprint.Fingerprint.from_bytes>`)
+cost the deciding process ~4 us a record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import fingerprint_kernel, kernels
+from .fingerprint import Fingerprint, Fingerprinter, html_to_text
+from .fold_table import identity_tables, token_tables
+from .hashing import exact_hash
+from .identity import IDENTITY_K, IDENTITY_SEED
+from .identity import WORD_BYTES as IDENTITY_WORD_BYTES
+from .jit import trusted
+from .passages import MAX_ANCHORS
+from .rewrite import NO_WORDS, WORD_SHIFT
+
+__all__ = ["FingerprintBatch"]
+
+_fingerprint_many = trusted(fingerprint_kernel.fingerprint_many)  # bytes as uint8, the fold tables' own arrays
+
+
+@dataclass(slots=True)
+class FingerprintBatch:
+    """The fingerprints of ``n`` texts (see the module doc): row ``i`` of ``minhash``, ``simhash[i]``,
+    ``exact[i]``, ``n_shingles[i]``, and ``ends[i]`` = where text ``i``'s anchors, words and identity
+    end in ``anchors``, ``words`` and ``identity`` (they start where text ``i - 1``'s end);
+    ``whole[i]``: the fingerprint of a text computed otherwise (its row unused)."""
+    minhash: np.ndarray           # uint32[n, num_perm]
+    simhash: list[int]
+    exact: list[bytes]
+    n_shingles: list[int]
+    ends: list[list[int]]         # [anchors, words, identity] ends per text
+    anchors: np.ndarray           # uint64, all texts'
+    words: bytes                  # all texts' content-word bitmaps
+    identity: np.ndarray          # uint32, all texts'
+    whole: dict[int, Fingerprint] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, fingerprinter: Fingerprinter, texts: Sequence[tuple[str, bool]]) -> FingerprintBatch:
+        """The fingerprints of ``(text, is_html)`` pairs, as :meth:`Fingerprinter.fingerprint_text` computes them."""
+        fpr, c = fingerprinter, fingerprinter.config
+        if c.char_shingles or not texts:  # (character shingles: the chain of kernels, a text at a time)
+            return cls.of_fingerprints([fpr.fingerprint_text(text, is_html) for text, is_html in texts])
+        plain = [fpr.unflagged(html_to_text(text) if is_html else text) for text, is_html in texts]
+        encoded = [text.encode("utf-8", "surrogatepass") for text in plain]
+        starts = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(e) for e in encoded], out=starts[1:])
+        m, diacritics = fpr.minhasher, bool(c.fold_diacritics)
+        status, counts, sims, mins, ends, th, anchors, words, identity = _fingerprint_many(
+            np.frombuffer(b"".join(encoded), dtype=np.uint8), starts,
+            np.array([text.isascii() for text in plain], dtype=np.bool_),
+            *token_tables(diacritics), *identity_tables(diacritics), kernels.WORD_BYTES, c.seed, fpr.shingle_size,
+            m._a_lo, m._a_hi, m.b, c.passage_window, MAX_ANCHORS, fpr.stop, WORD_SHIFT, fpr.keeps_words,
+            c.identity_threshold > 0, IDENTITY_WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
+        th_ends, seed = ends[:, 0].tolist(), c.seed
+        batch = cls(minhash=mins, simhash=sims.tolist(), n_shingles=counts.tolist(), ends=ends[:, 1:].tolist(),
+                    exact=[exact_hash(th[a:b], seed) for a, b in zip([0, *th_ends[:-1]], th_ends, strict=True)],
+                    anchors=anchors, words=words.tobytes(), identity=identity)
+        for i in np.flatnonzero(status != fingerprint_kernel.DONE).tolist():
+            if status[i] == fingerprint_kernel.TOKENS_NOT_FOLDED:
+                batch.whole[i] = fpr._chained(plain[i])
+            else:  # the identity sketch in Python, the rest the call's
+                fp = batch._at(i, *([0, 0, 0] if i == 0 else batch.ends[i - 1]), *batch.ends[i])
+                fp.identity = fpr._identity(plain[i])
+                batch.whole[i] = fp
+        return batch
+
+    @classmethod
+    def of_fingerprints(cls, fingerprints: list[Fingerprint]) -> FingerprintBatch:
+        """A batch of fingerprints computed one by one (each kept whole)."""
+        return cls(minhash=np.zeros((0, 0), dtype=np.uint32), simhash=[], exact=[], n_shingles=[], ends=[],
+                   anchors=np.zeros(0, dtype=np.uint64), words=b"", identity=np.zeros(0, dtype=np.uint32),
+                   whole=dict(enumerate(fingerprints)))
+
+    def __len__(self) -> int:
+        return max(len(self.simhash), len(self.whole))
+
+    def fingerprints(self) -> list[Fingerprint]:
+        """One :class:`Fingerprint` per text, in order (arrays: views of the batch's)."""
+        out: list[Fingerprint] = []
+        whole, at = self.whole, self._at
+        a0 = w0 = i0 = 0
+        if not self.simhash:
+            return [whole[i] for i in range(len(whole))]
+        for i, (a1, w1, i1) in enumerate(self.ends):
+            out.append(whole[i] if i in whole else at(i, a0, w0, i0, a1, w1, i1))
+            a0, w0, i0 = a1, w1, i1
+        return out
+
+    def _at(self, i: int, a0: int, w0: int, i0: int, a1: int, w1: int, i1: int) -> Fingerprint:
+        return Fingerprint(minhash=self.minhash[i], simhash=self.simhash[i], exact=self.exact[i],
+                           n_shingles=self.n_shingles[i], anchors=self.anchors[a0:a1],
+                           words=self.words[w0:w1] if w1 > w0 else NO_WORDS, identity=self.identity[i0:i1])
