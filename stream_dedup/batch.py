@@ -35,7 +35,7 @@ from rocksdict import WriteBatch
 from .band_table import BandTable
 from .fingerprint import Fingerprint
 from .index import _POINTS, DEFAULT, Entry, Index, Lookup, _id_key, _u64
-from .index_record import StoredArticle, _unpack_record, stored_signature
+from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
 from .passages import NO_ANCHORS
 
 if TYPE_CHECKING:
@@ -199,28 +199,34 @@ class BatchView:
         return self.index.lookup(bucket_keys, permuted, max_distance)
 
     # -- writes -----------------------------------------------------------------------------
-    def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
-        """Index an article in the batch (the keyword arguments of :meth:`Index.article_entries`): it
-        gets the next seq and is filed in the lists at once (the next article's lookup finds it);
-        its writes wait for :meth:`commit` (:meth:`Index.insert` is a batch of one)."""
-        seq = self.index.check_seq(self.next_seq)
+    def insert(self, *, article_id: str, first_seen: float, simhash: int, n_shingles: int, exact: bytes,
+               minhash: np.ndarray, root_id: str, decision: dict | list, bucket_keys: np.ndarray, permuted: np.ndarray,
+               index_sketches: bool, checkpoint: tuple[str, int] | None, receipt: bytes | None = None,
+               identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
+               postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b"")) -> int:
+        """Index an article in the batch (the arguments of :meth:`Index.article_entries`): it gets the
+        next seq and is filed in the lists at once (the next article's lookup finds it); its writes
+        wait for :meth:`commit` (:meth:`Index.insert` is a batch of one)."""
+        index, filed = self.index, self.filed
+        seq = index.check_seq(self.next_seq)
         self.next_seq, self.count = seq + 1, self.count + 1
-        entries = self.index.article_entries(seq, **article, id_key=self.id_key(article["article_id"]))
+        entries = index.article_entries(seq, article_id=article_id, first_seen=first_seen, simhash=simhash,
+                                        n_shingles=n_shingles, exact=exact, minhash=minhash, root_id=root_id,
+                                        decision=decision, index_sketches=index_sketches, identity=identity,
+                                        anchors=anchors, words=words, postings=postings, id_key=self.id_key(article_id))
         self.written[seq] = entries[0][2]  # (its record: the first entry)
         self._put(entries)
-        index, filed = self.index, self.filed
-        if article["index_sketches"]:
-            permuted, keys = article["permuted"], article["bucket_keys"]
-            if len(permuted) or len(keys):
+        if index_sketches:
+            if len(permuted) or len(bucket_keys):
                 index.lists_behind = True  # the lists are ahead of RocksDB until the commit (no snapshot)
             if len(permuted):
                 filed.append((self.simhash, permuted, seq))  # (noted first: a rollback of an entry never filed is a no-op)
                 self.simhash.add(permuted, seq)
-            if len(keys):
-                filed.append((self.buckets, keys, seq))
-                self.bucket_entries += keys.shape[0]
-                self.buckets.file_one(keys, seq)
-        joins = article.get("postings", (NO_ANCHORS, b""))[0]
+            if len(bucket_keys):
+                filed.append((self.buckets, bucket_keys, seq))
+                self.bucket_entries += bucket_keys.shape[0]
+                self.buckets.file_one(bucket_keys, seq)
+        joins = postings[0]
         if joins.shape[0]:
             index.lists_behind = True
             filed.append((self.lists, joins, seq))

@@ -433,14 +433,12 @@ class Index:
 
     def article_entries(self, seq: int, *, article_id: str, first_seen: float, simhash: int, n_shingles: int,
                         exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list,
-                        bucket_keys: np.ndarray, permuted: np.ndarray,
                         index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
                         postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b""), id_key: bytes | None = None) -> list[Entry]:
         """The ``(family, key, value)`` writes that index article ``seq``.
 
-        ``bucket_keys`` are its LSH bucket keys and ``permuted`` its SimHash permuted for each table
-        (filed in :attr:`buckets` and :attr:`simhash_table` by the caller once the write is done,
-        not written here).
+        (Its LSH bucket keys and its SimHash permuted for each table are filed in the in-memory lists
+        by the caller, :meth:`BatchView.insert <stream_dedup.batch.BatchView.insert>`: not written here.)
         ``anchors`` is its number of passage anchors, ``postings`` the anchors whose passage lists it
         joins and their ``D`` value (:func:`stream_dedup.passages.posting_writes`): only the ``D`` key
         is written here; the caller files the article in :attr:`passage_lists` once the write is done.
