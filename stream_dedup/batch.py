@@ -200,7 +200,7 @@ class BatchView:
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, article_id: str, first_seen: float, simhash: int, n_shingles: int, exact: bytes,
-               minhash: np.ndarray, root_id: str, decision: dict | list, bucket_keys: np.ndarray, permuted: np.ndarray,
+               minhash: np.ndarray, root_id: str, decision: dict | list | bytes, bucket_keys: np.ndarray, permuted: np.ndarray,
                index_sketches: bool, checkpoint: tuple[str, int] | None, receipt: bytes | None = None,
                identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
                postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b"")) -> int:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import candidate_rules, passages, rewrite
+from . import candidate_rules, passages, rewrite, stored_decision
 from .batch import NO_KEYS, BatchView, Prepared, run_batch
 from .config import EngineConfig
 from .decision import METHODS, Decision  # noqa: F401  (METHODS: re-exported)
@@ -227,7 +227,8 @@ class Deduplicator(PythonRules):
             root_id = decision.duplicate_of if decision.is_duplicate else article_id
         indexed = self._adds_to_index(decision, has_shingles)
         view.insert(article_id=article_id, first_seen=now, simhash=fp.simhash, n_shingles=fp.n_shingles,
-                    exact=fp.exact, minhash=sig, root_id=root_id, decision=decision.to_stored(),
+                    exact=fp.exact, minhash=sig, root_id=root_id,
+                    decision=stored_decision.encode_decision(decision, article_id, root_id),
                     bucket_keys=bucket_keys, permuted=permuted,
                     index_sketches=indexed, checkpoint=checkpoint,
                     receipt=receipt, identity=fp.identity, anchors=fp.anchors.shape[0],

@@ -432,7 +432,7 @@ class Index:
         return seq
 
     def article_entries(self, seq: int, *, article_id: str, first_seen: float, simhash: int, n_shingles: int,
-                        exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list,
+                        exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list | bytes,
                         index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
                         postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b""), id_key: bytes | None = None) -> list[Entry]:
         """The ``(family, key, value)`` writes that index article ``seq``.

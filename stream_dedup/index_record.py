@@ -55,7 +55,7 @@ NO_IDENTITY = np.zeros(0, dtype=np.uint32)
 
 
 def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes,
-                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list,
+                 minhash: np.ndarray, article_id: str, root_id: str, decision: dict | list | bytes,
                  identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"") -> bytes:
     aid = article_id.encode("utf-8", "surrogatepass")
     if root_id == article_id:
@@ -64,7 +64,8 @@ def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool
         rid = root_id.encode("utf-8", "surrogatepass")
         if not rid:
             raise ValueError(f"article {article_id!r}: an empty cluster root id cannot be stored")
-    stored = stored_decision.encode(decision, article_id, root_id)  # (JSON for a dict)
+    # (bytes: already encoded, stored_decision.encode_decision; JSON for a dict)
+    stored = decision if type(decision) is bytes else stored_decision.encode(decision, article_id, root_id)
     return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
                      stored_signature(minhash).tobytes(),
                      _LENGTHS.pack(len(aid), len(rid), identity.shape[0], min(anchors, 0xFFFF), len(words)), aid, rid,

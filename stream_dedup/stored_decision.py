@@ -37,13 +37,16 @@ from __future__ import annotations
 
 from itertools import combinations
 from math import copysign
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .decision import _STORED_FIELDS, METHODS
 
-__all__ = ["TAG", "decode", "encode"]
+if TYPE_CHECKING:
+    from .decision import Decision
+
+__all__ = ["TAG", "decode", "encode", "encode_decision"]
 
 TAG = 0x01
 _N = len(_STORED_FIELDS)  # 12
@@ -113,8 +116,24 @@ def _compact(stored: Any, article_id: str, root_id: str) -> bytes:
     n = len(stored)
     if not 0 < n <= _N or stored[-1] is None:
         raise _NotCompact
-    typ, dup, sim, method, ham, cont, matched, methods, cand, direction, template, overlap = \
-        stored + _PAD[n] if n < _N else stored
+    return _compact_fields(*(stored + _PAD[n] if n < _N else stored), article_id, root_id)
+
+
+def encode_decision(decision: Decision, article_id: str, root_id: str) -> bytes:
+    """``encode(decision.to_stored(), article_id, root_id)``, the same bytes, read from the
+    decision's fields (no list of them built and unpacked: once per indexed article)."""
+    d = decision
+    try:
+        return _compact_fields(d.type, d.duplicate_of, d.similarity, d.method, d.hamming_distance, d.containment,
+                               d.matched_id, d.methods, d.candidates, d.direction, d.template_of, d.identity_overlap,
+                               article_id, root_id)
+    except _NotCompact:
+        return orjson.dumps(d.to_stored())
+
+
+def _compact_fields(typ: Any, dup: Any, sim: Any, method: Any, ham: Any, cont: Any, matched: Any, methods: Any,
+                    cand: Any, direction: Any, template: Any, overlap: Any, article_id: str, root_id: str) -> bytes:
+    """:func:`_compact` of the values of ``_STORED_FIELDS`` (None: not stored)."""
     h = _code(_TYPE_CODE, typ)
     if methods is not None:  # first: a new article stops after it and candidates
         tm = type(methods)

@@ -219,6 +219,29 @@ def test_compact_when_the_values_fit(case: tuple[Decision, str]) -> None:
     assert (stored_decision.encode(d.to_stored(), d.id, root)[:1] == TAG) == fits(d)
 
 
+@settings(max_examples=1500, deadline=None)
+@given(decisions())
+def test_the_decision_encoded_from_its_fields_is_its_stored_list_encoded(case: tuple[Decision, str]) -> None:
+    """``encode_decision`` (the engine's: from the decision's fields) writes the bytes of ``encode``
+    on ``to_stored()``, compact or JSON, and raises where it raises."""
+    d, root = case
+    try:
+        expected = stored_decision.encode(d.to_stored(), d.id, root)
+    except orjson.JSONEncodeError:
+        with pytest.raises(orjson.JSONEncodeError):
+            stored_decision.encode_decision(d, d.id, root)
+        return
+    assert stored_decision.encode_decision(d, d.id, root) == expected
+
+
+def test_a_record_keeps_an_encoded_decision_as_it_is() -> None:
+    """``_pack_record`` takes the decision's bytes from ``encode_decision`` (the engine's insert) or
+    its stored list (encoded there): the same record."""
+    assert pack(DUPLICATE.id, "news-01321~r1", stored_decision.encode_decision(DUPLICATE, DUPLICATE.id,
+                                                                                "news-01321~r1")) \
+        == pack(DUPLICATE.id, "news-01321~r1", DUPLICATE.to_stored())
+
+
 # ----------------------------------------------------------------------------------- the record
 NUM_PERM = 8
 SIG = np.arange(NUM_PERM, dtype=np.uint32) * 977
