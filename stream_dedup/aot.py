@@ -55,6 +55,7 @@ def _warm_up() -> None:
     import numpy as np
 
     from .band_table import BandTable
+    from .batch import Prepared
     from .engine import Deduplicator
     from .record import Article
     from .simhash import PermutedTables
@@ -79,14 +80,23 @@ def _warm_up() -> None:
             try:
                 for i, (name, text) in enumerate(_sample_texts() * 2):
                     dedup.process(Article(id=f"{name}{i}", text=text, is_html=text.startswith("<html>")))
+                if not reference:  # a flood of candidates takes the two lookups apart (Index.lookup)
+                    prepared = Prepared.of(dedup.fingerprint(Article(id="probe", text=_sample_texts()[0][1])),
+                                           dedup.config.num_perm)
+                    keys, permuted = prepared.keys(dedup.index.buckets, dedup.tables)
+                    dedup.index.lookup(keys, permuted, dedup.config.simhash_k).candidates()
             finally:
                 dedup.close()
-    # and the chain of kernels that text the one-call fingerprint leaves takes (fingerprint_kernel)
+    # and a text alone in one call (Fingerprinter.fingerprint), and the chain of kernels that text
+    # the one call leaves takes (fingerprint_kernel). Every kernel called from Python is called here:
+    # one called only inside another is not seen when numba's on-disk cache holds its caller
     from .config import EngineConfig
     from .fingerprint import Fingerprinter, html_to_text
     chain = Fingerprinter(EngineConfig())
     for _, text in _sample_texts():
-        chain._chained(chain.unflagged(html_to_text(text) if text.startswith("<html>") else text))
+        plain = chain.unflagged(html_to_text(text) if text.startswith("<html>") else text)
+        chain._fused(plain)
+        chain._chained(plain)
     chain.fingerprint_many([(text, text.startswith("<html>")) for _, text in _sample_texts()])  # (a batch's one call)
 
 

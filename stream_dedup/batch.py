@@ -194,6 +194,10 @@ class BatchView:
         """:meth:`Index.screen` on the records as the batch sees them."""
         return self.index.screen(seqs, minhash, simhash, n_shingles, jaccard_of, rules, self.records(seqs))
 
+    def candidates(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> list[int]:
+        """:meth:`Index.candidates` (the batch's articles are in the lists already)."""
+        return self.index.candidates(bucket_keys, permuted, max_distance)
+
     def lookup(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> Lookup:
         """:meth:`Index.lookup`: the batch's articles are in the lists already (filed by :meth:`insert`)."""
         return self.index.lookup(bucket_keys, permuted, max_distance)

@@ -212,9 +212,9 @@ class Deduplicator(PythonRules):
         else:
             if has_shingles:
                 bucket_keys, permuted = prep.keys(self.index.buckets, self.tables)
-                lookup = view.lookup(bucket_keys, permuted, c.simhash_k)
-                found = lookup.candidates()  # ascending
+                found = view.candidates(bucket_keys, permuted, c.simhash_k)  # ascending
                 if len(found) > MAX_VERIFY:  # a flood of near-copies: verify a bounded subset
+                    lookup = view.lookup(bucket_keys, permuted, c.simhash_k)
                     bounded = set(sorted(lookup.simhash)[:MAX_VERIFY // 2])
                     bounded |= set(sorted(lookup.lsh - bounded)[: MAX_VERIFY - len(bounded)])
                     found = sorted(bounded)

@@ -83,7 +83,7 @@ from .kernels import distinct_union, screen_candidates
 from .list_table import MemberLists
 from .passages import DELETE_PREFIX, NO_ANCHORS, PASSAGES, anchors_of
 from .simhash import PermutedTables
-from .simhash_table import SimhashTable
+from .simhash_table import SimhashTable, lookup_candidates
 
 log = logging.getLogger(__name__)
 _U64 = struct.Struct(">Q")
@@ -407,6 +407,15 @@ class Index:
         sim = lists.simhash.probe(permuted, max_distance) if len(permuted) else _NO_MEMBERS
         return Lookup(members, sim)
 
+    def candidates(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> list[int]:
+        """:meth:`lookup`'s seqs, each once, ascending (:meth:`Lookup.candidates`), in one compiled
+        call (:func:`~stream_dedup.simhash_table.lookup_candidates`: two lookups and their union
+        were three calls, each boxing its arrays)."""
+        lists = self.lists()
+        s = lists.simhash
+        return _lookup_candidates(*lists.buckets._args, bucket_keys, s.fps, s.tags, s.seqs, s.old_fps, s.old_tags,
+                                  s.old_seqs, permuted, s.masks, max_distance).tolist()
+
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
         """Index one article in one atomic write: :meth:`article_entries` (its keyword arguments),
@@ -638,4 +647,5 @@ def _families_of(path: Path) -> list[str]:
 
 
 _screen = trusted(screen_candidates)
+_lookup_candidates = trusted(lookup_candidates)  # the lists' own arrays, the keys kernels' uint64 outputs
 _distinct_union = trusted(distinct_union)  # the tables' uint32 outputs (jit.trusted)  # the arrays made in Index.screen and Deduplicator (jit.trusted)

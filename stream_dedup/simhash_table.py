@@ -28,9 +28,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import inline, kernel, trusted
+from .jit import compiling, inline, kernel, trusted
 from .kernels import popcount
 from .list_table import grown_size
+
+if compiling():
+    from .kernels import distinct_union
+    from .list_table import table_members
 from .next_arrays import NextArrays
 
 FREE = 0
@@ -282,6 +286,21 @@ class SimhashTable:
             live = np.flatnonzero((tags != FREE) & (tags != REMOVED))
             out |= set(zip((tags[live] - 1).tolist(), fps[live].tolist(), seqs[live].tolist(), strict=True))
         return out
+
+
+@kernel
+def lookup_candidates(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta,
+                      keys, fps, tags, seqs, old_fps, old_tags, old_seqs, queries, masks, max_distance):
+    """An article's candidates in one call: the distinct seqs, ascending, of the members of its LSH
+    buckets ``keys`` (:func:`~stream_dedup.list_table.table_members` on the band table's arrays)
+    and of the SimHash entries within ``max_distance`` bits of ``queries``
+    (:func:`simhash_probe` on a SimHash table's), as
+    :func:`~stream_dedup.kernels.distinct_union` of the two."""
+    ends = np.empty(keys.shape[0], dtype=np.int64)
+    members = table_members(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next,
+                            meta, keys, ends)
+    near = simhash_probe(fps, tags, seqs, old_fps, old_tags, old_seqs, queries, masks, max_distance)
+    return distinct_union(members, near)
 
 
 # the hot calls: the table's own arrays, the queries a kernel's uint64 output (jit.trusted)

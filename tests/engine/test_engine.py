@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from stream_dedup.batch import BatchView
 from stream_dedup.config import EngineConfig
 from stream_dedup.engine import Decision, Deduplicator, lsh_params
 from stream_dedup.fingerprint import Fingerprint
@@ -522,3 +523,27 @@ def test_prefilter_changes_no_decision_on_short_items(shared_stream, tmp_path: P
     monkeypatch.setattr(Deduplicator, "_verify", Deduplicator._verify_reference)
     assert decide("every") == filtered
     assert sum(e["type"] == "duplicate-of" for e in filtered) > 100
+
+
+def test_a_flood_of_candidates_is_verified_in_a_bounded_subset(tmp_path, monkeypatch) -> None:
+    """More candidates than MAX_VERIFY (a story republished over and over): the SimHash hits first,
+    then the LSH members, oldest first, are verified, at most MAX_VERIFY of them; a near-copy of
+    one of the variants still finds it (its SimHash hit is kept)."""
+    import random
+
+    from stream_dedup import engine
+
+    monkeypatch.setattr(engine, "MAX_VERIFY", 6)
+    rng = random.Random(4)
+    vocab = [f"w{i}x" for i in range(5000)]
+    common = " ".join(rng.choice(vocab) for _ in range(70))
+    texts = [common + " " + " ".join(rng.choice(vocab) for _ in range(50)) for _ in range(14)]
+    lookups = []
+    lookup = BatchView.lookup
+    monkeypatch.setattr(BatchView, "lookup", lambda self, *a: lookups.append(a) or lookup(self, *a))
+    with Deduplicator(EngineConfig(), tmp_path / "s") as d:
+        decisions = [d.process(Article(id=f"v{i}", text=t)) for i, t in enumerate(texts)]
+        assert all(x.type == "new" and x.candidates <= 6 for x in decisions)
+        assert sum(x.candidates == 6 for x in decisions) >= 4 and lookups  # (the bounded path was taken)
+        copy = d.process(Article(id="copy", text=texts[3].rsplit(" ", 1)[0] + " changed"))
+    assert (copy.type, copy.duplicate_of, copy.candidates) == ("duplicate-of", "v3", 6)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +156,30 @@ def test_the_aot_module_takes_the_array_class_from_the_class_cache() -> None:
     cache holds the np.ndarray class that boxing the returned arrays asked for (without the swap
     it stays empty), and no call went to pickle.loads as it is after the import."""
     assert _run(_UNPICKLES) == ["True", "0", "True", "True"]
+
+
+def test_the_engine_paths_called_from_python_have_exports(tmp_path: Path) -> None:
+    """Every kernel the engine calls from Python is exported, including the paths a stream seldom
+    takes: the separate lookups of a flood of candidates (Index.lookup), a text alone in one call
+    (Fingerprinter.fingerprint), the chain of kernels (text no fold table holds), a batch's one
+    call. (A kernel called only from inside another is not seen by the build when numba's on-disk
+    cache holds its caller: the build's sample run must call each of these itself.)"""
+    if not jit.using_aot():
+        pytest.fail("AOT kernels not in use in this process: run `make install`")
+    code = textwrap.dedent("""
+        import sys
+        from stream_dedup.batch import Prepared
+        from stream_dedup.engine import Deduplicator
+        from stream_dedup.record import Article
+        d = Deduplicator(state_dir=sys.argv[1])
+        text = "The harbour authority said on Monday that 40 ships were waiting outside the port of Rotterdam. " * 3
+        d.process_batch([Article(id="a", text=text), Article(id="b", text=text + " Reuters")])
+        fp = d.fingerprint(Article(id="c", text=text + " AP"))
+        keys, permuted = Prepared.of(fp, d.config.num_perm).keys(d.index.buckets, d.tables)
+        found = d.index.lookup(keys, permuted, d.config.simhash_k).candidates()
+        d.fingerprinter._chained(text)
+        d.fingerprinter.fingerprint_many([(text, False), ("Ѕ ЅНА Το Υπουργείο", False)])
+        d.close()
+        print(found == [0, 1], "numba" in sys.modules)
+    """)
+    assert _run(code, str(tmp_path / "s")) == ["True", "False"]
