@@ -182,12 +182,14 @@ class BatchView:
     def records(self, seqs: list[int]) -> list[bytes | None]:
         """The raw records of ``seqs`` (None: not indexed): this batch's own, else the index's
         (:meth:`Index.records`, through its record cache)."""
-        written = self.written
-        if not written:
-            return self.index.records(seqs)
-        first = self.first_seq
-        older = iter(self.index.records([s for s in seqs if s < first]))
-        return [written.get(s) if s >= first else next(older) for s in seqs]
+        written, cached = self.written, self.index.cached_records
+        # (one pass: a seq is in at most one of the two, this batch's or the index's cache since commit)
+        out = [written.get(s) or cached.get(s) for s in seqs]
+        if None in out:  # not cached: read from RocksDB (and cached), or not indexed
+            first = self.first_seq
+            older = iter(self.index.records([s for s, v in zip(seqs, out, strict=True) if v is None and s < first]))
+            out = [next(older) if v is None and s < first else v for s, v in zip(seqs, out, strict=True)]
+        return out
 
     def screen(self, seqs: list[int], minhash: np.ndarray, simhash: int, n_shingles: int, jaccard_of: np.ndarray,
                rules: np.ndarray) -> tuple[list[int], list[bytes], list[int], list[int], list[int], list[int]]:

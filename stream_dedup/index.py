@@ -335,6 +335,11 @@ class Index:
             self.cache_records([(s, v) for s, v in read.items() if v is not None])
         return out
 
+    @property
+    def cached_records(self) -> dict[int, bytes]:
+        """The record cache itself (seq -> record), for a caller that looks many seqs up in it at once."""
+        return self._records
+
     def cache_records(self, items: list[tuple[int, bytes]]) -> None:
         """Keep ``(seq, record)`` pairs that RocksDB holds in the record cache, the oldest cached
         dropped past :attr:`record_cache_limit` bytes (``min(64 MB, --memory / 64)``: outside the
