@@ -54,7 +54,7 @@ import logging
 import os
 import struct
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,7 +167,10 @@ class Index:
         self._head_size = _RECORD.size + _SIG_DTYPE.itemsize * num_perm  # (a record's fixed-size head: screen)
         self.budget = budget = MemoryBudget(memory)
         # the records read or written lately, by seq (a record never changes; a deleted one leaves)
-        self._records: dict[int, bytes] = {}
+        # seq -> record, oldest first: an OrderedDict, whose oldest entry is dropped in O(1) (a dict's
+        # next(iter()) walks past every entry dropped before it until the dict is rebuilt: up to
+        # ~30 us an insert with ~50,000 records cached, a sawtooth in the rate at scale)
+        self._records: OrderedDict[int, bytes] = OrderedDict()
         self._records_bytes = 0
         self.record_cache_limit = min(RECORD_CACHE_MAX, memory // 64)
         opts = self._opts = budget.db_options()
@@ -336,7 +339,7 @@ class Index:
         return out
 
     @property
-    def cached_records(self) -> dict[int, bytes]:
+    def cached_records(self) -> OrderedDict[int, bytes]:
         """The record cache itself (seq -> record), for a caller that looks many seqs up in it at once."""
         return self._records
 
@@ -350,7 +353,7 @@ class Index:
                 cache[seq] = value
                 self._records_bytes += len(value)
         while self._records_bytes > self.record_cache_limit and cache:
-            self._records_bytes -= len(cache.pop(next(iter(cache))))
+            self._records_bytes -= len(cache.popitem(last=False)[1])
 
     def articles(self, seqs: list[int]) -> list[StoredArticle]:
         if not seqs:

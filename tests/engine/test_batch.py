@@ -251,7 +251,10 @@ def test_the_record_cache_holds_what_rocksdb_holds_and_forgets_deleted_records(
                 assert index.records([0]) == [None] and 0 not in index._records
                 index.record_cache_limit = 3000
                 index.cache_records([(s, v) for s, v in zip(seqs[1:], stored[1:], strict=True)])
-                assert index._records_bytes <= 3000 and index.records(seqs[1:]) == stored[1:]
+                kept = list(index._records)  # the newest kept, the oldest dropped first
+                assert kept and kept == seqs[-len(kept):]
+                assert index._records_bytes == sum(map(len, index._records.values())) <= 3000
+                assert index.records(seqs[1:]) == stored[1:] and index._records_bytes <= 3000
             else:
                 assert not index._records
     assert events[None] == events[0]
