@@ -80,6 +80,10 @@ def _warm_up() -> None:
             try:
                 for i, (name, text) in enumerate(_sample_texts() * 2):
                     dedup.process(Article(id=f"{name}{i}", text=text, is_html=text.startswith("<html>")))
+                # a batch of new articles (each one's lookup files the one before it in the same call:
+                # BatchView.candidates): the samples' words in reverse order, other shingles
+                dedup.process_batch([Article(id=f"{name}-batch", text=" ".join(reversed(text.split())))
+                                     for name, text in _sample_texts() if not text.startswith("<html>")])
                 if not reference:  # a flood of candidates takes the two lookups apart (Index.lookup)
                     prepared = Prepared.of(dedup.fingerprint(Article(id="probe", text=_sample_texts()[0][1])),
                                            dedup.config.num_perm)
@@ -192,9 +196,14 @@ def main(argv: list[str] | None = None) -> int:
             print("ahead-of-time kernels: " + ("current" if current else "not built or stale (numba JIT in use)"))
         return 0 if current else 1
     if not jit.compiling():  # this process loaded the AOT kernels: build in one that compiles them
-        env = dict(os.environ, **{jit.FORCE_JIT_ENV: "1"})
-        return subprocess.call([sys.executable, "-m", "stream_dedup.aot", *(argv if argv is not None else sys.argv[1:])],
-                               env=env)
+        # with a numba cache of its own: every kernel compiled afresh, so that the sample run sees each
+        # signature (a callee is not compiled when numba's cache holds its caller), and no stale
+        # cache entry gets into the build (one, after kernel sources were edited and reverted, made
+        # the build's own run fail with numba's "'descr' is NULL")
+        with tempfile.TemporaryDirectory(prefix="stream-dedup-aot-numba-") as cache:
+            env = dict(os.environ, **{jit.FORCE_JIT_ENV: "1", "NUMBA_CACHE_DIR": cache})
+            return subprocess.call([sys.executable, "-m", "stream_dedup.aot",
+                                    *(argv if argv is not None else sys.argv[1:])], env=env)
     try:
         return build(args.portable, args.quiet)
     except Exception as exc:  # no compiler, no setuptools: the JIT stays in use
