@@ -183,3 +183,14 @@ def test_the_engine_paths_called_from_python_have_exports(tmp_path: Path) -> Non
         print(found == [0, 1], "numba" in sys.modules)
     """)
     assert _run(code, str(tmp_path / "s")) == ["True", "False"]
+
+
+def test_make_rebuilds_the_aot_kernels_when_any_kernel_module_changes() -> None:
+    """The Makefile's rule for the AOT build lists every module of jit.KERNEL_MODULES (and jit.py,
+    aot.py) as a prerequisite: `make install` after an edit of any of them rebuilds the kernels."""
+    makefile = (ROOT / "Makefile").read_text()
+    rule = makefile[makefile.index("$(AOT_INDEX):"):].replace("\\\n", " ")
+    rule = rule[:rule.index("\n")]  # (the prerequisites, continuation lines joined)
+    listed = set(rule.split())
+    for name in (*jit.KERNEL_MODULES, "stream_dedup.jit", "stream_dedup.aot"):
+        assert name.replace(".", "/") + ".py" in listed, name
