@@ -512,18 +512,42 @@ def screen_candidates(heads, size, sig_at, query, simhash, n, jaccard_of, rules)
 @kernel
 def distinct_union(a, b):
     """The distinct values of two uint32 arrays, ascending (a verification's candidates: LSH bucket
-    members and SimHash hits, an article often in many of its buckets; twin: ``np.union1d``)."""
+    members and SimHash hits, an article often in many of its buckets; twin: ``np.union1d``).
+
+    The distinct values are found first (open addressing, linear probing), then only they are
+    sorted: on short items ~135 members and hits hold ~20 distinct seqs, and sorting all of them
+    first cost 3.4 us of the lookup's ~8.5."""
     n = a.shape[0] + b.shape[0]
+    bits = 4
+    while (1 << bits) < 2 * n:
+        bits += 1
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    table = np.zeros(1 << bits, dtype=np.uint64)  # value + 1 (0: empty)
     out = np.empty(n, dtype=np.uint32)
-    out[:a.shape[0]] = a
-    out[a.shape[0]:] = b
-    out.sort()
     k = 0
     for i in range(n):
-        if k == 0 or out[i] != out[k - 1]:
-            out[k] = out[i]
+        v = a[i] if i < a.shape[0] else b[i - a.shape[0]]
+        key = np.uint64(v) + np.uint64(1)
+        h = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> shift)  # (Fibonacci hashing: the top bits)
+        while table[h] != 0 and table[h] != key:
+            h = (h + 1) & mask
+        if table[h] == 0:
+            table[h] = key
+            out[k] = v
             k += 1
-    return out[:k]
+    distinct = out[:k]
+    if k > 32:
+        distinct.sort()
+    else:  # (a few values: insertion sort)
+        for i in range(1, k):
+            v = distinct[i]
+            j = i - 1
+            while j >= 0 and distinct[j] > v:
+                distinct[j + 1] = distinct[j]
+                j -= 1
+            distinct[j + 1] = v
+    return distinct
 
 
 @kernel
