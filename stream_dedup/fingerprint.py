@@ -187,19 +187,23 @@ class Fingerprinter:
     def _fused(self, text: str) -> Fingerprint | None:
         """:meth:`_chained` in one compiled call (:mod:`stream_dedup.fingerprint_kernel`), or None
         for text the fold tables do not hold."""
-        c, m = self.config, self.minhasher
-        is_ascii = text.isascii()
-        diacritics = bool(c.fold_diacritics)
         status, n, mins, sim, th, anchors, words, identity = _fingerprint_folded(
-            np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8), is_ascii,
-            *token_tables(diacritics), *identity_tables(diacritics), kernels.WORD_BYTES, c.seed, self.shingle_size,
-            m._a_lo, m._a_hi, m.b, c.passage_window, MAX_ANCHORS, self.stop, WORD_SHIFT, self.keeps_words,
-            c.identity_threshold > 0, IDENTITY_WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
+            np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8), text.isascii(), *self.kernel_settings())
         if status == fingerprint_kernel.TOKENS_NOT_FOLDED:
             return None
-        return Fingerprint(minhash=mins.astype(np.uint32), simhash=int(sim), exact=exact_hash(th, c.seed),
+        return Fingerprint(minhash=mins.astype(np.uint32), simhash=int(sim), exact=exact_hash(th, self.config.seed),
                            n_shingles=int(n), anchors=anchors, words=words.tobytes() if words.shape[0] else NO_WORDS,
                            identity=identity if status == fingerprint_kernel.DONE else self._identity(text))
+
+    def kernel_settings(self) -> tuple:
+        """The arguments of :mod:`stream_dedup.fingerprint_kernel`'s kernels after the text: the fold
+        tables (read at each call: the tokens' table takes the blocks' entries once a text needs
+        them) and this fingerprinter's settings, in the kernels' order."""
+        c, m = self.config, self.minhasher
+        diacritics = bool(c.fold_diacritics)
+        return (*token_tables(diacritics), *identity_tables(diacritics), kernels.WORD_BYTES, c.seed, self.shingle_size,
+                m._a_lo, m._a_hi, m.b, c.passage_window, MAX_ANCHORS, self.stop, WORD_SHIFT, self.keeps_words,
+                c.identity_threshold > 0, IDENTITY_WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
 
     def _chained(self, text: str) -> Fingerprint:
         """The fingerprint of ``text`` (HTML extracted, headline flag stripped) by one kernel call per step."""

@@ -24,15 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import fingerprint_kernel, kernels
+from . import fingerprint_kernel
 from .fingerprint import Fingerprint, Fingerprinter, html_to_text
-from .fold_table import identity_tables, token_tables
 from .hashing import exact_hash
-from .identity import IDENTITY_K, IDENTITY_SEED
-from .identity import WORD_BYTES as IDENTITY_WORD_BYTES
 from .jit import trusted
-from .passages import MAX_ANCHORS
-from .rewrite import NO_WORDS, WORD_SHIFT
+from .rewrite import NO_WORDS
 
 __all__ = ["FingerprintBatch"]
 
@@ -65,13 +61,9 @@ class FingerprintBatch:
         encoded = [text.encode("utf-8", "surrogatepass") for text in plain]
         starts = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(e) for e in encoded], out=starts[1:])
-        m, diacritics = fpr.minhasher, bool(c.fold_diacritics)
         status, counts, sims, mins, ends, th, anchors, words, identity = _fingerprint_many(
             np.frombuffer(b"".join(encoded), dtype=np.uint8), starts,
-            np.array([text.isascii() for text in plain], dtype=np.bool_),
-            *token_tables(diacritics), *identity_tables(diacritics), kernels.WORD_BYTES, c.seed, fpr.shingle_size,
-            m._a_lo, m._a_hi, m.b, c.passage_window, MAX_ANCHORS, fpr.stop, WORD_SHIFT, fpr.keeps_words,
-            c.identity_threshold > 0, IDENTITY_WORD_BYTES, IDENTITY_SEED, IDENTITY_K)
+            np.array([text.isascii() for text in plain], dtype=np.bool_), *fpr.kernel_settings())
         th_ends, seed = ends[:, 0].tolist(), c.seed
         batch = cls(minhash=mins, simhash=sims.tolist(), n_shingles=counts.tolist(), ends=ends[:, 1:].tolist(),
                     exact=[exact_hash(th[a:b], seed) for a, b in zip([0, *th_ends[:-1]], th_ends, strict=True)],
@@ -97,11 +89,11 @@ class FingerprintBatch:
 
     def fingerprints(self) -> list[Fingerprint]:
         """One :class:`Fingerprint` per text, in order (arrays: views of the batch's)."""
-        out: list[Fingerprint] = []
         whole, at = self.whole, self._at
-        a0 = w0 = i0 = 0
         if not self.simhash:
             return [whole[i] for i in range(len(whole))]
+        out: list[Fingerprint] = []
+        a0 = w0 = i0 = 0
         for i, (a1, w1, i1) in enumerate(self.ends):
             out.append(whole[i] if i in whole else at(i, a0, w0, i0, a1, w1, i1))
             a0, w0, i0 = a1, w1, i1
