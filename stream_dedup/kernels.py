@@ -509,31 +509,46 @@ def screen_candidates(heads, size, sig_at, query, simhash, n, jaccard_of, rules)
     return out, may[:kept]
 
 
+@inline
+def _set_slots(n):
+    """Slots of an open-addressing set for ``n`` values: a power of two, at least 16 and 2n."""
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    return size
+
+
+@inline
+def _set_add(table, used, v, mask):
+    """Add the uint64 ``v`` to the open-addressing set ``table``/``used`` (linear probing, ``mask``
+    its size - 1): True if it was not in it (:func:`count_distinct`, :func:`distinct_union`)."""
+    h = int((v * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
+    while used[h] and table[h] != v:
+        h = (h + 1) & mask
+    if used[h]:
+        return False
+    used[h] = True
+    table[h] = v
+    return True
+
+
 @kernel
 def distinct_union(a, b):
     """The distinct values of two uint32 arrays, ascending (a verification's candidates: LSH bucket
     members and SimHash hits, an article often in many of its buckets; twin: ``np.union1d``).
 
-    The distinct values are found first (open addressing, linear probing), then only they are
-    sorted: on short items ~135 members and hits hold ~20 distinct seqs, and sorting all of them
-    first cost 3.4 us of the lookup's ~8.5."""
+    The distinct values are found first (:func:`_set_add`), then only they are sorted: on short
+    items ~135 members and hits hold ~20 distinct seqs, and sorting all of them first cost 3.4 us
+    of the lookup's ~8.5."""
     n = a.shape[0] + b.shape[0]
-    bits = 4
-    while (1 << bits) < 2 * n:
-        bits += 1
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
-    table = np.zeros(1 << bits, dtype=np.uint64)  # value + 1 (0: empty)
+    size = _set_slots(n)
+    table = np.zeros(size, dtype=np.uint64)
+    used = np.zeros(size, dtype=np.bool_)
     out = np.empty(n, dtype=np.uint32)
     k = 0
     for i in range(n):
         v = a[i] if i < a.shape[0] else b[i - a.shape[0]]
-        key = np.uint64(v) + np.uint64(1)
-        h = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> shift)  # (Fibonacci hashing: the top bits)
-        while table[h] != 0 and table[h] != key:
-            h = (h + 1) & mask
-        if table[h] == 0:
-            table[h] = key
+        if _set_add(table, used, np.uint64(v), size - 1):
             out[k] = v
             k += 1
     distinct = out[:k]
@@ -552,23 +567,14 @@ def distinct_union(a, b):
 
 @kernel
 def count_distinct(values):
-    """Number of distinct uint64 values (open addressing, linear probing; no sort)."""
+    """Number of distinct uint64 values (an open-addressing set, :func:`_set_add`; no sort)."""
     m = values.shape[0]
-    size = 16
-    while size < 2 * m:
-        size *= 2
+    size = _set_slots(m)
     table = np.zeros(size, dtype=np.uint64)
     used = np.zeros(size, dtype=np.bool_)
-    mask = size - 1
     distinct = 0
     for i in range(m):
-        v = values[i]
-        h = int((v * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
-        while used[h] and table[h] != v:
-            h = (h + 1) & mask
-        if not used[h]:
-            used[h] = True
-            table[h] = v
+        if _set_add(table, used, values[i], size - 1):
             distinct += 1
     return distinct
 
