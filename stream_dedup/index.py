@@ -166,8 +166,8 @@ class Index:
         self.num_perm = num_perm
         self._head_size = _RECORD.size + _SIG_DTYPE.itemsize * num_perm  # (a record's fixed-size head: screen)
         self.budget = budget = MemoryBudget(memory)
-        # the records read or written lately, by seq (a record never changes; a deleted one leaves)
-        # seq -> record, oldest first: an OrderedDict, whose oldest entry is dropped in O(1) (a dict's
+        # the records read or written lately, seq -> record, oldest first (a record never changes; a
+        # deleted one leaves): an OrderedDict, whose oldest entry is dropped in O(1) (a dict's
         # next(iter()) walks past every entry dropped before it until the dict is rebuilt: up to
         # ~30 us an insert with ~50,000 records cached, a sawtooth in the rate at scale)
         self._records: OrderedDict[int, bytes] = OrderedDict()
@@ -656,4 +656,4 @@ def _families_of(path: Path) -> list[str]:
 
 _screen = trusted(screen_candidates)
 _lookup_candidates = trusted(lookup_candidates)  # the lists' own arrays, the keys kernels' uint64 outputs
-_distinct_union = trusted(distinct_union)  # the tables' uint32 outputs (jit.trusted)  # the arrays made in Index.screen and Deduplicator (jit.trusted)
+_distinct_union = trusted(distinct_union)  # the tables' uint32 outputs (jit.trusted)
