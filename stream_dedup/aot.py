@@ -89,6 +89,10 @@ def _warm_up() -> None:
                                            dedup.config.num_perm)
                     keys, permuted = prepared.keys(dedup.index.buckets, dedup.tables)
                     dedup.index.lookup(keys, permuted, dedup.config.simhash_k).candidates()
+                    # records the store does not hold are verified from a list of them (Deduplicator._verify)
+                    dedup._compiled.run(dedup.index.records([0, 1]), prepared.sig.astype(np.int64), 0, 10, b"",
+                                        prepared.fp.identity)
+                    dedup.index.record_store.delete(0)  # (an article deleted, a batch rolled back)
             finally:
                 dedup.close()
     # and a text alone in one call (Fingerprinter.fingerprint), and the chain of kernels that text

@@ -37,6 +37,7 @@ from .fingerprint import Fingerprint
 from .index import _POINTS, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
 from .passages import NO_ANCHORS
+from .record_store import _store_put
 
 if TYPE_CHECKING:
     from .decision import Decision
@@ -134,6 +135,8 @@ class BatchView:
         self.writes = 0
         self.checkpoints: dict[str, int] = {}  # name -> the batch's last checkpoint offset (put at commit)
         self.id_keys: dict[str, bytes] = {}
+        store = index.record_store
+        self.store_arrays = (store.buf, store.keys, store.vals, store.meta)
         self.buckets, self.lists, self.simhash = index.lists()  # loaded or built now if not: before this batch's write
         self.passages = self.lists  # (what :func:`stream_dedup.passages.lookup` reads)
         # (list, keys, seq) the batch filed, in order (:meth:`rollback` takes them out again), and the
@@ -181,11 +184,10 @@ class BatchView:
 
     def records(self, seqs: list[int]) -> list[bytes | None]:
         """The raw records of ``seqs`` (None: not indexed): this batch's own, else the index's
-        (:meth:`Index.records`, through its record cache)."""
-        written, cached = self.written, self.index.cached_records
-        # (one pass: a seq is in at most one of the two, this batch's or the index's cache since commit)
-        out = [written.get(s) or cached.get(s) for s in seqs]
-        if None in out:  # not cached: read from RocksDB (and cached), or not indexed
+        (:meth:`Index.records`, through its record store)."""
+        written = self.written
+        out = [written.get(s) for s in seqs]
+        if None in out:
             first = self.first_seq
             older = iter(self.index.records([s for s, v in zip(seqs, out, strict=True) if v is None and s < first]))
             out = [next(older) if v is None and s < first else v for s, v in zip(seqs, out, strict=True)]
@@ -196,7 +198,7 @@ class BatchView:
         """:meth:`Index.screen` on the records as the batch sees them."""
         return self.index.screen(seqs, minhash, simhash, n_shingles, jaccard_of, rules, self.records(seqs))
 
-    def candidates(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> list[int]:
+    def candidates(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> np.ndarray:
         """:meth:`Index.candidates` (the batch's articles are in the lists already)."""
         return self.index.candidates(bucket_keys, permuted, max_distance)
 
@@ -220,7 +222,9 @@ class BatchView:
                                         n_shingles=n_shingles, exact=exact, minhash=minhash, root_id=root_id,
                                         decision=decision, index_sketches=index_sketches, identity=identity,
                                         anchors=anchors, words=words, postings=postings, id_key=self.id_key(article_id))
-        self.written[seq] = entries[0][2]  # (its record: the first entry)
+        self.written[seq] = record = entries[0][2]  # (its record: the first entry)
+        # (read from the record store by the next articles' verifications: its kernel called directly, ~0.8 us less)
+        _store_put(*self.store_arrays, seq, np.frombuffer(record, dtype=np.uint8))
         self._put(entries)
         if index_sketches:
             if len(permuted) or len(bucket_keys):
@@ -276,7 +280,6 @@ class BatchView:
         _, key, value = index.state_entry()
         self.batch.put(key, value)
         index.db.write(self.batch)
-        index.cache_records(list(self.written.items()))  # (RocksDB holds them now)
         self.batch, self.writes, self.written = WriteBatch(raw_mode=True), 0, {}
         self.first_seq = self.next_seq
         self._settled()
@@ -285,6 +288,8 @@ class BatchView:
         """Take the batch's articles out of the lists again (the batch raised before its write
         reached RocksDB). A bucket that dropped its oldest member for one of them cannot be
         restored: then the index's lists are dropped, to be built again from RocksDB when next used."""
+        for seq in self.written:  # (their seqs are numbered again by the next batch)
+            self.index.record_store.delete(seq)
         filed, self.filed = self.filed, []
         if not filed:
             return

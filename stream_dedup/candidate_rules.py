@@ -24,6 +24,8 @@ there it says so (``UNCERTAIN``) and the caller runs the Python loop for that ar
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from . import rewrite
@@ -31,9 +33,13 @@ from .config import EngineConfig
 from .identity import IDENTITY_K, MIN_NUMBER_CONTEXTS
 from .jit import compiling, inline, kernel, trusted
 
+if TYPE_CHECKING:
+    from .record_store import RecordStore
+
 if compiling():
     from .identity import _kind_counts  # (numba calls the kernel itself: compiled into this one)
     from .kernels import may_pass, popcount, record_head
+    from .record_store import locate
 
 # params: the configuration's thresholds, as :func:`rule_params` lays them out
 P_JACCARD, P_SIMHASH_K, P_SIMHASH_JACCARD, P_SHORT_JACCARD, P_REWRITE_LOW, P_REWRITE_PAIRS, P_REWRITE_WORDS, \
@@ -134,10 +140,10 @@ def _word_jaccard(words_a, recs, at, w, counts, max_fill):
 
 
 @kernel
-def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of, rules, params,
+def verify_candidates(recs, starts, lengths, query, simhash, n, jaccard_of, jaccard4_of, rules, params,
                       shared, usable, common, words_a, counts, identity_a, out, summary, passed):
-    """The rules of the engine on the ``m`` candidates whose whole records follow each other in
-    ``recs`` (``lengths[i]`` bytes each, in ascending seq order) for the new article: its stored
+    """The rules of the engine on the ``m`` candidates whose whole records are in ``recs`` (record
+    ``i`` at ``starts[i]``, ``lengths[i]`` bytes; in ascending seq order) for the new article: its stored
     signature's rows ``query`` (int64), SimHash ``simhash``, set size ``n``, content-word bitmap
     ``words_a`` (uint8, may be empty) and identity sketch ``identity_a`` (sorted uint32).
     ``jaccard_of`` / ``jaccard4_of``: the estimate of each count of agreeing rows, raw and rounded;
@@ -167,13 +173,11 @@ def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of,
     new_short = short_low < n < short_high
     anchors = shared.shape[0] > 0
     passing = 0
-    at = 0
     for i in range(m):
-        out[O_START, i] = at
+        here = starts[i]
+        out[O_START, i] = here
         out[O_KEY, i] = -1.0  # the sort key's score of a passing candidate
         out[O_HITS, i] = 0.0
-        here = at
-        at += lengths[i]
         s, stored_n = record_head(recs, here)
         ham = np.int64(popcount(s ^ simhash))
         c = 0
@@ -272,6 +276,22 @@ def verify_candidates(recs, lengths, query, simhash, n, jaccard_of, jaccard4_of,
     return passing
 
 
+@kernel
+def verify_stored(buf, keys, vals, seqs, starts, lengths, query, simhash, n, jaccard_of, jaccard4_of, rules, params,
+                  shared, usable, common, words_a, counts, identity_a, out, summary, passed):
+    """:func:`verify_candidates` on the candidates ``seqs`` whose records a
+    :class:`~stream_dedup.record_store.RecordStore` holds (``buf``, ``keys``, ``vals``: its arrays;
+    ``starts``, ``lengths``: the caller's, at least as long as ``seqs``): the records read where
+    they are, in one call. Returns ``-1 - k`` if ``k`` of them are not held (nothing verified:
+    ``starts[i] = -1`` says which), else what :func:`verify_candidates` returns."""
+    m = seqs.shape[0]
+    missing = locate(buf, keys, vals, seqs, starts, lengths)
+    if missing:
+        return -1 - missing
+    return verify_candidates(buf, starts[:m], lengths[:m], query, simhash, n, jaccard_of, jaccard4_of, rules, params,
+                             shared, usable, common, words_a, counts, identity_a, out, summary, passed)
+
+
 def rule_params(c: EngineConfig, short_range: tuple[int, int]) -> np.ndarray:
     """The configuration's thresholds as :func:`verify_candidates` reads them (``P_*``);
     ``short_range``: :attr:`Deduplicator._short_range`."""
@@ -304,6 +324,8 @@ class CompiledRules:
         self.passing = 0  # how many of the last call's candidates pass (their indices: passed[:passing])
         self._none = np.zeros(0, dtype=np.int64)
         self._no_words = np.zeros(0, dtype=np.uint8)
+        self.starts = np.zeros(2048, dtype=np.int64)  # where run_stored found each candidate's record
+        self.lengths = np.zeros(2048, dtype=np.int64)
 
     def run(self, raw: list[bytes], query: np.ndarray, simhash: int, n: int, words: bytes, identity: np.ndarray,
             shared: list[int] | None = None, usable: int = 0, common: float = 0.0) -> np.ndarray | None:
@@ -322,10 +344,47 @@ class CompiledRules:
         lengths = np.fromiter(map(len, raw), np.int64, m)
         anchors = np.array(shared, dtype=np.int64) if shared else self._none
         words_a = np.frombuffer(words, dtype=np.uint8) if words else self._no_words
-        self.passing = _verify(recs, lengths, query, np.uint64(simhash), n, self.jaccard_of, self.jaccard4_of,
+        starts = np.zeros(m, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        self.passing = _verify(recs, starts, lengths, query, np.uint64(simhash), n, self.jaccard_of, self.jaccard4_of,
                                self.rules, self.params, anchors, usable, float(common), words_a, self.counts,
                                identity, self.out, self.summary, self.passed)
         return None if self.summary[S_UNCERTAIN] else self.out
 
 
+    def run_stored(self, store: RecordStore, seqs: np.ndarray, query: np.ndarray, simhash: int, n: int, words: bytes,
+                   identity: np.ndarray, shared: list[int] | None = None, usable: int = 0,
+                   common: float = 0.0) -> np.ndarray | int | None:
+        """:meth:`run` on the candidates ``seqs`` (int64, ascending) with their records read where
+        ``store`` holds them (:func:`verify_stored`): the output as :meth:`run` gives it, or the
+        number of candidates ``store`` does not hold (an int: nothing verified; :attr:`starts`
+        ``[i] = -1`` for those)."""
+        m = seqs.shape[0]
+        if words and len(words) != rewrite.WORD_BITS // 8:
+            return None
+        if m > self.out.shape[1]:
+            self.out = np.zeros((7, 2 * m), dtype=np.float64)
+            self.passed = np.zeros(2 * m, dtype=np.int64)
+        if m > self.starts.shape[0]:
+            self.starts = np.zeros(2 * m, dtype=np.int64)
+            self.lengths = np.zeros(2 * m, dtype=np.int64)
+        anchors = np.array(shared, dtype=np.int64) if shared else self._none
+        words_a = np.frombuffer(words, dtype=np.uint8) if words else self._no_words
+        passing = _verify_stored(store.buf, store.keys, store.vals, seqs, self.starts, self.lengths, query,
+                                 np.uint64(simhash), n, self.jaccard_of, self.jaccard4_of, self.rules, self.params,
+                                 anchors, usable, float(common), words_a, self.counts, identity, self.out, self.summary,
+                                 self.passed)
+        if passing < 0:
+            self.passing = 0
+            return -1 - passing
+        self.passing = passing
+        return None if self.summary[S_UNCERTAIN] else self.out
+
+    def record(self, store: RecordStore, i: int) -> bytes:
+        """The record of candidate ``i`` of the last :meth:`run_stored`."""
+        at = int(self.starts[i])
+        return store.buf[at:at + int(self.lengths[i])].tobytes()
+
+
 _verify = trusted(verify_candidates)  # every array made above (jit.trusted)
+_verify_stored = trusted(verify_stored)

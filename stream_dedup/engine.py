@@ -212,15 +212,16 @@ class Deduplicator(PythonRules):
         else:
             if has_shingles:
                 bucket_keys, permuted = prep.keys(self.index.buckets, self.tables)
-                found = view.candidates(bucket_keys, permuted, c.simhash_k)  # ascending
+                seq_array = view.candidates(bucket_keys, permuted, c.simhash_k)  # ascending
+                found = seq_array.tolist()
                 if len(found) > MAX_VERIFY:  # a flood of near-copies: verify a bounded subset
                     lookup = view.lookup(bucket_keys, permuted, c.simhash_k)
                     bounded = set(sorted(lookup.simhash)[:MAX_VERIFY // 2])
                     bounded |= set(sorted(lookup.lsh - bounded)[: MAX_VERIFY - len(bounded)])
-                    found = sorted(bounded)
+                    found, seq_array = sorted(bounded), None
             else:
-                found = []
-            decision = self._verify(view, article_id, fp, sig, found, None, matched)
+                found, seq_array = [], None
+            decision = self._verify(view, article_id, fp, sig, found, None, matched, seq_array)
             if decision.method in (None, "containment") and fp.anchors.shape[0] \
                     and not self.is_short_text(fp.n_shingles):
                 decision, passage = self._passages(view, article_id, fp, sig, found, decision, matched)
@@ -343,7 +344,8 @@ class Deduplicator(PythonRules):
         self.index.delete(art, bucket_keys, permuted)
 
     def _verify(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int],
-                passage: passages.PassageLookup | None = None, matched: set[int] | None = None) -> Decision:
+                passage: passages.PassageLookup | None = None, matched: set[int] | None = None,
+                seq_array: np.ndarray | None = None) -> Decision:
         """The decision among the candidates ``seqs``; the seqs of those that pass the text rules
         (look-alikes included) are added to ``matched``.
 
@@ -353,21 +355,28 @@ class Deduplicator(PythonRules):
         """
         if not seqs:
             return Decision(id=article_id, type="new")
-        values = view.records(seqs)
-        if None in values:  # an evicted candidate (rare)
-            kept = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
-            found, raw = [s for s, _ in kept], [v for _, v in kept]
-        else:
-            found, raw = seqs, values
-        if not found:
-            return Decision(id=article_id, type="new", candidates=len(seqs))
-        shared = [passage.shared.get(s, 0) for s in found] if passage is not None and passage.shared else None
-        out = self._compiled.run(raw, sig.astype(np.int64), fp.simhash, fp.n_shingles, fp.words, fp.identity,
-                                 *((shared, passage.usable, 1.0 - passage.usable / fp.anchors.shape[0])
-                                   if passage is not None else ()))
+        rules, store = self._compiled, self.index.record_store
+        query = sig.astype(np.int64)
+        found, raw = seqs, None
+        anchored = passage is not None
+        out = rules.run_stored(store, np.array(seqs, dtype=np.uint32) if seq_array is None else seq_array, query,
+                               fp.simhash, fp.n_shingles, fp.words, fp.identity,
+                               *(([passage.shared.get(s, 0) for s in seqs] if passage.shared else None, passage.usable,
+                                  1.0 - passage.usable / fp.anchors.shape[0]) if anchored else ()))
+        if type(out) is int:  # records the store does not hold: read them (and verify from the list)
+            values = view.records(seqs)
+            if None in values:  # an evicted candidate (rare)
+                kept = [(s, v) for s, v in zip(seqs, values, strict=True) if v is not None]
+                found, raw = [s for s, _ in kept], [v for _, v in kept]
+            else:
+                raw = values
+            if not found:
+                return Decision(id=article_id, type="new", candidates=len(seqs))
+            shared = [passage.shared.get(s, 0) for s in found] if anchored and passage.shared else None
+            out = rules.run(raw, query, fp.simhash, fp.n_shingles, fp.words, fp.identity,
+                            *((shared, passage.usable, 1.0 - passage.usable / fp.anchors.shape[0]) if anchored else ()))
         if out is None:
             return self._verify_reference(view, article_id, fp, sig, seqs, passage, matched)
-        rules = self._compiled
         if matched is not None and rules.passing:
             matched.update([found[i] for i in rules.passed[:rules.passing].tolist()])
         best, template, agreed, _ = rules.summary.tolist()
@@ -375,12 +384,14 @@ class Deduplicator(PythonRules):
             if template >= 0:
                 t = int(template)
                 return Decision(id=article_id, type="new", similarity=round(out[candidate_rules.O_JACCARD, t].item(), 4),
-                                candidates=len(found), template_of=self.index.ids(raw[t])[0],
+                                candidates=len(found),
+                                template_of=self.index.ids(rules.record(store, t) if raw is None else raw[t])[0],
                                 identity_overlap=round(agreed, 4))
             return Decision(id=article_id, type="new", candidates=len(found))
-        hits, direction, ham, j, cont = out[:candidate_rules.O_START, int(best)].tolist()
+        b = int(best)
+        hits, direction, ham, j, cont = out[:candidate_rules.O_START, b].tolist()
         methods = _METHODS_OF_HITS[int(hits)]
-        matched_id, root_id = self.index.ids(raw[int(best)])
+        matched_id, root_id = self.index.ids(rules.record(store, b) if raw is None else raw[b])
         return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=j,
                         method=methods[0], hamming_distance=int(ham), containment=cont, matched_id=matched_id,
                         methods=methods, candidates=len(found), direction=_DIRECTIONS[int(direction)])

@@ -54,7 +54,7 @@ import logging
 import os
 import struct
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +66,7 @@ from . import lists_snapshot, memory_lists
 from .band_table import BandTable
 from .index_options import MemoryBudget, cache_counts
 from .index_record import (
+    _LENGTHS,
     _RECORD,
     _SIG_DTYPE,
     NO_IDENTITY,
@@ -82,6 +83,7 @@ from .jit import trusted
 from .kernels import distinct_union, screen_candidates
 from .list_table import MemberLists
 from .passages import DELETE_PREFIX, NO_ANCHORS, PASSAGES, anchors_of
+from .record_store import RecordStore
 from .simhash import PermutedTables
 from .simhash_table import SimhashTable, lookup_candidates
 
@@ -103,7 +105,8 @@ _SCHEMA = 10
 _CONVERTED = (7, 8, 9)  # older formats converted by dropping what moved to memory
 _LEGACY_FAMILIES = ("simhash", PASSAGES)  # families of formats 9 and older, dropped on opening
 _NO_MEMBERS = np.zeros(0, dtype=np.uint32)
-RECORD_CACHE_MAX = 64 << 20  # bytes of recent article records kept in a dict at most (Index.records)
+RECORD_CACHE_MAX = 64 << 20  # bytes of recent article records kept in memory at most (Index.records)
+_MIN_RECORD = _RECORD.size + _LENGTHS.size  # a record's bytes but its signature, at least (ids may be empty)
 _POINTS, _TIME, _RECEIPTS = "points", "time", "receipts"
 DEFAULT = "default"  # the family of the state, checkpoints and settings
 Entry = tuple[str, bytes, bytes]  # a write: (family, key, value)
@@ -166,13 +169,10 @@ class Index:
         self.num_perm = num_perm
         self._head_size = _RECORD.size + _SIG_DTYPE.itemsize * num_perm  # (a record's fixed-size head: screen)
         self.budget = budget = MemoryBudget(memory)
-        # the records read or written lately, seq -> record, oldest first (a record never changes; a
-        # deleted one leaves): an OrderedDict, whose oldest entry is dropped in O(1) (a dict's
-        # next(iter()) walks past every entry dropped before it until the dict is rebuilt: up to
-        # ~30 us an insert with ~50,000 records cached, a sawtooth in the rate at scale)
-        self._records: OrderedDict[int, bytes] = OrderedDict()
-        self._records_bytes = 0
+        # the records read or written lately (a record never changes; a deleted one leaves), in one
+        # buffer the verification kernel reads (record_store)
         self.record_cache_limit = min(RECORD_CACHE_MAX, memory // 64)
+        self.record_store = RecordStore(self.record_cache_limit, _MIN_RECORD + _SIG_DTYPE.itemsize * num_perm)
         opts = self._opts = budget.db_options()
         families = {
             _POINTS: budget.table_options(_POINT_PREFIX, MemtableFactory.hash_link_list(budget.hash_buckets)),
@@ -325,12 +325,11 @@ class Index:
         return self._points.get(keys) if keys else []
 
     def records(self, seqs: list[int]) -> list[bytes | None]:
-        """The raw records of ``seqs`` (None: not indexed), through the cache of the records read or
-        written lately (:meth:`cache_records`). On short items 96 % of a verification's candidate
-        reads are of records read before (the same stories are candidates again and again): a
-        dict lookup each instead of a RocksDB multi-get, 8.6 -> ~2 us for 22 candidates."""
-        cache = self._records
-        out = [cache.get(s) for s in seqs]
+        """The raw records of ``seqs`` (None: not indexed), through the store of the records read or
+        written lately (:attr:`record_store`, ``min(64 MB, --memory / 64)`` bytes: outside the
+        RocksDB budget, like the in-memory lists). On short items 96 % of a verification's candidate
+        reads are of records read before (the same stories are candidates again and again)."""
+        out = self.record_store.get_many(seqs)
         if None in out:
             missing = [s for s, v in zip(seqs, out, strict=True) if v is None]
             read = dict(zip(missing, self._points.get([b"A" + _u64(s) for s in missing]), strict=True))
@@ -338,22 +337,11 @@ class Index:
             self.cache_records([(s, v) for s, v in read.items() if v is not None])
         return out
 
-    @property
-    def cached_records(self) -> OrderedDict[int, bytes]:
-        """The record cache itself (seq -> record), for a caller that looks many seqs up in it at once."""
-        return self._records
-
     def cache_records(self, items: list[tuple[int, bytes]]) -> None:
-        """Keep ``(seq, record)`` pairs that RocksDB holds in the record cache, the oldest cached
-        dropped past :attr:`record_cache_limit` bytes (``min(64 MB, --memory / 64)``: outside the
-        RocksDB budget, like the in-memory lists)."""
-        cache = self._records
+        """Keep ``(seq, record)`` pairs in the record store (the oldest half of it dropped when full)."""
+        put = self.record_store.put
         for seq, value in items:
-            if seq not in cache:
-                cache[seq] = value
-                self._records_bytes += len(value)
-        while self._records_bytes > self.record_cache_limit and cache:
-            self._records_bytes -= len(cache.popitem(last=False)[1])
+            put(seq, value)
 
     def articles(self, seqs: list[int]) -> list[StoredArticle]:
         if not seqs:
@@ -415,14 +403,14 @@ class Index:
         sim = lists.simhash.probe(permuted, max_distance) if len(permuted) else _NO_MEMBERS
         return Lookup(members, sim)
 
-    def candidates(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> list[int]:
-        """:meth:`lookup`'s seqs, each once, ascending (:meth:`Lookup.candidates`), in one compiled
-        call (:func:`~stream_dedup.simhash_table.lookup_candidates`: two lookups and their union
-        were three calls, each boxing its arrays)."""
+    def candidates(self, bucket_keys: np.ndarray, permuted: np.ndarray, max_distance: int) -> np.ndarray:
+        """:meth:`lookup`'s seqs (uint32), each once, ascending (:meth:`Lookup.candidates`), in one
+        compiled call (:func:`~stream_dedup.simhash_table.lookup_candidates`: two lookups and their
+        union were three calls, each boxing its arrays)."""
         lists = self.lists()
         s = lists.simhash
         return _lookup_candidates(*lists.buckets._args, bucket_keys, s.fps, s.tags, s.seqs, s.old_fps, s.old_tags,
-                                  s.old_seqs, permuted, s.masks, max_distance).tolist()
+                                  s.old_seqs, permuted, s.masks, max_distance)
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
@@ -538,7 +526,7 @@ class Index:
         wb = WriteBatch(raw_mode=True)
         s8 = _u64(art.seq)
         wb.delete(b"A" + s8, points)
-        self._records_bytes -= len(self._records.pop(art.seq, b""))
+        self.record_store.delete(art.seq)
         if self.seq_of(art.article_id) == art.seq:
             wb.delete(self._cached_id_key(art.article_id), points)
         wb.delete(_u64(int(art.first_seen * 1000)) + s8, self._cf[_TIME])

@@ -47,8 +47,10 @@ class PythonRules:
     _screen_rules: np.ndarray  # (and is_short_text: the engine's)
 
     def _verify_reference(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, seqs: list[int],
-                          passage: passages.PassageLookup | None = None, matched: set[int] | None = None) -> Decision:
-        """:meth:`_verify` in Python (the compiled rules' reference; see :mod:`stream_dedup.candidate_rules`).
+                          passage: passages.PassageLookup | None = None, matched: set[int] | None = None,
+                          seq_array: np.ndarray | None = None) -> Decision:
+        """:meth:`_verify` in Python (the compiled rules' reference; see :mod:`stream_dedup.candidate_rules`;
+        ``seq_array``, the candidates as an array, is not used).
 
         Short items have ~10 candidates each, most of them far from every threshold (a shared stock
         lead): the text rules run only on the candidates :meth:`_may_pass` keeps, and the identity

@@ -187,6 +187,7 @@ def test_a_batch_that_raises_takes_its_articles_out_of_the_lists(tmp_path: Path,
         monkeypatch.setattr(Deduplicator, "_verify", real_verify)
         assert calls[0] == 5 and len(d) == count
         assert d.index._lists is not None and _lists_state(d.index) == before  # taken out, not rebuilt
+        assert d.index.record_store.get_many(list(range(count, count + 4))) == [None] * 4  # (their seqs come again)
         assert not d.index.lists_behind
         again = [x.to_event() for x in d.process_batch(more, now=NOW)]
     assert first + again == reference
@@ -224,38 +225,39 @@ def test_a_rollback_past_a_capped_bucket_rebuilds_the_lists(tmp_path: Path) -> N
     index.close()
 
 
-def test_the_record_cache_holds_what_rocksdb_holds_and_forgets_deleted_records(
+def test_the_record_store_holds_what_rocksdb_holds_and_forgets_deleted_records(
         tmp_path: Path, textgen: SimpleNamespace) -> None:
-    """Index.records (a verification's candidates) answers from its cache what RocksDB holds: the
-    records a batch wrote are cached at its commit, a removed article's record is gone from both,
-    the cache stays under its limit, and decisions with the cache off are the same."""
+    """Index.records (a verification's candidates) answers from its record store what RocksDB holds:
+    the records a batch writes are put as it writes them, a removed article's record is gone from
+    both, and decisions with the store off (every verification reads its list of records from
+    RocksDB) or small (its halves emptied every few records) are the same."""
     from stream_dedup.index import _u64
+    from stream_dedup.record_store import RecordStore
 
     stories = [textgen.words(seed, 120) for seed in range(40)]
     articles = [Article(id=f"s{i}-{v}", text=textgen.text(words[:100 + 5 * v] + words[:3]))
                 for i, words in enumerate(stories) for v in range(3)]
     events = {}
-    for limit in (None, 0):
+    for limit in (None, 0, 6000):
         with Deduplicator(EngineConfig(), tmp_path / f"state-{limit}") as d:
             index = d.index
             if limit is not None:
-                index.record_cache_limit = limit
+                index.record_store = RecordStore(limit, index.record_store.min_record)
             events[limit] = [x.to_event() for i in range(0, len(articles), 16)
                              for x in d.process_batch(articles[i:i + 16], now=NOW)]
             seqs = list(range(index.next_seq))
             stored = index._points.get([b"A" + _u64(s) for s in seqs])
-            assert index.records(seqs) == stored
+            held = index.record_store.get_many(seqs)
+            assert index.records(seqs) == stored  # (the store's and RocksDB's)
+            assert all(h is None or h == v for h, v in zip(held, stored, strict=True))
             if limit is None:
-                assert len(index._records) == len(seqs)  # every batch's records, cached at its commit
+                assert held == stored  # every record, put as its batch wrote it
                 assert d.remove(articles[0].id)
-                assert index.records([0]) == [None] and 0 not in index._records
-                index.record_cache_limit = 3000
-                index.cache_records([(s, v) for s, v in zip(seqs[1:], stored[1:], strict=True)])
-                kept = list(index._records)  # the newest kept, the oldest dropped first
-                assert kept and kept == seqs[-len(kept):]
-                assert index._records_bytes == sum(map(len, index._records.values())) <= 3000
-                assert index.records(seqs[1:]) == stored[1:] and index._records_bytes <= 3000
+                assert index.records([0]) == [None] and index.record_store.get_many([0]) == [None]
+            elif limit == 0:
+                assert held == [None] * len(seqs) and not len(index.record_store)
             else:
-                assert not index._records
-    assert events[None] == events[0]
+                assert held[-1] == stored[-1] and None in held  # the newest held, the oldest dropped
+                assert index.record_store.held_bytes <= 6000
+    assert events[None] == events[0] == events[6000]
     assert sum(e["type"] == "duplicate-of" for e in events[0]) >= 60

@@ -18,6 +18,7 @@ from stream_dedup.identity import _select
 from stream_dedup.index_record import _pack_record, stored_signature
 from stream_dedup.passages import PassageLookup
 from stream_dedup.record import article_from_object
+from stream_dedup.record_store import RecordStore
 from stream_dedup.rewrite import WORD_BITS
 
 
@@ -91,7 +92,8 @@ CONFIGS = [{}, {"short_text_jaccard": 1.0}, {"rewrite_jaccard": 0.0}, {"containm
 @pytest.mark.parametrize("changes", CONFIGS)
 def test_compiled_rules_decide_as_the_python_rules(tmp_path: Path, changes: dict) -> None:
     """400 random verifications of up to 60 candidates (and as many with passage anchors shared,
-    boilerplate discounted): the same Decision, field by field, and the same matched candidates."""
+    boilerplate discounted): the same Decision, field by field, and the same matched candidates,
+    with the candidates' records read from a list or where the record store holds them."""
     config = EngineConfig(**changes)
     rng = np.random.default_rng(sorted(CONFIGS, key=str).index(changes) + 41)
     outcomes: set[str] = set()
@@ -108,10 +110,19 @@ def test_compiled_rules_decide_as_the_python_rules(tmp_path: Path, changes: dict
                                         shared, int(rng.integers(1, fp.anchors.shape[0] + 1)))
             compiled_matched: set[int] = set()
             python_matched: set[int] = set()
+            d.index.record_store = RecordStore(0, 8)  # (nothing held: the records read as a list)
             compiled = d._verify(view, "new", fp, sig, seqs, passage, compiled_matched)
             python = d._verify_reference(view, "new", fp, sig, seqs, passage, python_matched)
             assert compiled == python, (case, compiled, python)
             assert compiled_matched == python_matched, case
+            # and read where the record store holds them (all of them: one call; else as above)
+            d.index.record_store = store = RecordStore(1 << 20, 8)
+            for s, r in zip(seqs, records, strict=True):
+                if r is not None:
+                    store.put(s, r)
+            stored_matched: set[int] = set()
+            assert d._verify(view, "new", fp, sig, seqs, passage, stored_matched) == python, case
+            assert stored_matched == python_matched, case
             outcomes.add(f"{compiled.type} {compiled.method} {compiled.direction} {compiled.template_of is not None}")
     # the cases reach every rule, both directions, look-alikes and plain misses
     expected = {"new None None False", "duplicate-of minhash None False"}
