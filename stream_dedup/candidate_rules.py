@@ -380,10 +380,11 @@ class CompiledRules:
         self.passing = passing
         return None if self.summary[S_UNCERTAIN] else self.out
 
-    def record(self, store: RecordStore, i: int) -> bytes:
-        """The record of candidate ``i`` of the last :meth:`run_stored`."""
+    def record(self, store: RecordStore, i: int) -> memoryview:
+        """The record of candidate ``i`` of the last :meth:`run_stored`: a view of where ``store``
+        holds it (read before the store's next put)."""
         at = int(self.starts[i])
-        return store.buf[at:at + int(self.lengths[i])].tobytes()
+        return store.view[at:at + int(self.lengths[i])]
 
 
 _verify = trusted(verify_candidates)  # every array made above (jit.trusted)

@@ -234,7 +234,7 @@ class Deduplicator(PythonRules):
                     index_sketches=indexed, checkpoint=checkpoint,
                     receipt=receipt, identity=fp.identity, anchors=fp.anchors.shape[0],
                     words=fp.words if indexed else rewrite.NO_WORDS,
-                    postings=self._postings(view, passage, matched, decision, has_shingles))
+                    postings=self._postings(view, passage, matched, decision, has_shingles, prep.anchor_bytes))
         return decision
 
     def _passages(self, view: BatchView, article_id: str, fp: Fingerprint, sig: np.ndarray, found: list[int], first: Decision,
@@ -251,13 +251,13 @@ class Deduplicator(PythonRules):
         return self._verify(view, article_id, fp, sig, sorted(set(found).union(more)), passage, matched), passage
 
     def _postings(self, view: BatchView, passage: passages.PassageLookup | None, matched: set[int], decision: Decision,
-                  has_shingles: bool) -> tuple[np.ndarray, bytes]:
+                  has_shingles: bool, anchor_bytes: bytes | None = None) -> tuple[np.ndarray, bytes]:
         """The passage lists the new article joins: only an article whose lists were read (new, or
         contained), by the rule of :func:`_adds_to_index`, and none that already holds an article it
         was verified a duplicate of."""
         if passage is None or not self._adds_to_index(decision, has_shingles):
             return passages.NO_ANCHORS, b""
-        return passages.posting_writes(passage, self.config.passage_common_docs, matched)
+        return passages.posting_writes(passage, self.config.passage_common_docs, matched, anchor_bytes)
 
     def _adds_to_index(self, decision: Decision, has_shingles: bool) -> bool:
         """Whether the article's sketches go into the LSH buckets and SimHash tables.

@@ -377,8 +377,8 @@ class Index:
         agree, ns, hams = table.tolist()
         return seqs, raw, agree, ns, hams, may.tolist()
 
-    def ids(self, value: bytes) -> tuple[str, str]:
-        """(article id, cluster root id) of a raw record."""
+    def ids(self, value: bytes | memoryview) -> tuple[str, str]:
+        """(article id, cluster root id) of a raw record (its bytes, or a view of them)."""
         return _record_ids(value, self.num_perm)[:2]
 
     def identity(self, value: bytes) -> np.ndarray:
@@ -414,7 +414,7 @@ class Index:
 
     # -- writes -----------------------------------------------------------------------------
     def insert(self, *, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, **article) -> int:
-        """Index one article in one atomic write: :meth:`article_entries` (its keyword arguments),
+        """Index one article in one atomic write: :meth:`article_writes` (its keyword arguments),
         the index state, and the ``checkpoint`` and ``receipt`` marks (see :meth:`mark`); filed in
         the in-memory lists. A batch of one (:class:`~stream_dedup.batch.BatchView`, as the engine
         writes): a write that raises takes the article out of the lists again."""
@@ -436,11 +436,13 @@ class Index:
                                 f"buckets can name; rebuild it in a new directory")
         return seq
 
-    def article_entries(self, seq: int, *, article_id: str, first_seen: float, simhash: int, n_shingles: int,
-                        exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list | bytes,
-                        index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
-                        postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b""), id_key: bytes | None = None) -> list[Entry]:
-        """The ``(family, key, value)`` writes that index article ``seq``.
+    def article_writes(self, seq: int, *, article_id: str, first_seen: float, simhash: int, n_shingles: int,
+                       exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list | bytes,
+                       index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
+                       postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b""),
+                       id_key: bytes | None = None) -> tuple[list[tuple[bytes, bytes]], bytes]:
+        """The writes that index article ``seq``: ``(key, value)`` pairs of the points family, its
+        record first, and its key in the time family (an empty value).
 
         (Its LSH bucket keys and its SimHash permuted for each table are filed in the in-memory lists
         by the caller, :meth:`BatchView.insert <stream_dedup.batch.BatchView.insert>`: not written here.)
@@ -450,16 +452,14 @@ class Index:
         ``id_key``: :func:`_id_key` of ``article_id`` if the caller has it.
         """
         s8, s4 = _u64(seq), seq.to_bytes(4, "big")  # seqs fit 4 bytes (check_seq)
-        out: list[Entry] = [
-            (_POINTS, b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
-                                              article_id, root_id, decision, identity, anchors, words)),
-            (_POINTS, id_key or self._cached_id_key(article_id), s4),
-            (_TIME, _u64(int(first_seen * 1000)) + s8, b"")]
+        points = [(b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
+                                           article_id, root_id, decision, identity, anchors, words)),
+                  (id_key or self._cached_id_key(article_id), s4)]
         if index_sketches:
-            out.append((_POINTS, b"X" + exact, s4))
+            points.append((b"X" + exact, s4))
         if postings[1]:
-            out.append((_POINTS, DELETE_PREFIX + s8, postings[1]))
-        return out
+            points.append((DELETE_PREFIX + s8, postings[1]))
+        return points, _u64(int(first_seen * 1000)) + s8
 
     def state_entry(self) -> Entry:
         """The write that stores the index state (next seq, count)."""

@@ -72,15 +72,16 @@ def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool
                      identity.astype(">u4", copy=False).tobytes(), words, stored))
 
 
-def _record_ids(value: bytes, num_perm: int) -> tuple[str, str, int]:
+def _record_ids(value: bytes | memoryview, num_perm: int) -> tuple[str, str, int]:
     """(article id, cluster root id, offset of the stored decision) of a packed record."""
     pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
     id_len, root_len, k, _, w = _LENGTHS.unpack_from(value, pos)
     pos += _LENGTHS.size
     end = pos + id_len + root_len
-    article_id = value[pos:pos + id_len].decode("utf-8", "surrogatepass")
+    # (str(): a record's bytes, or a memoryview of where the record store holds it)
+    article_id = str(value[pos:pos + id_len], "utf-8", "surrogatepass")
     # root length 0: the article is its own root (older records spell the id out again)
-    root_id = value[pos + id_len:end].decode("utf-8", "surrogatepass") if root_len else article_id
+    root_id = str(value[pos + id_len:end], "utf-8", "surrogatepass") if root_len else article_id
     return article_id, root_id, end + 4 * k + w
 
 

@@ -152,13 +152,16 @@ def lookup(lists: PostingLists, anchors: np.ndarray, common_docs: int, min_share
     return PassageLookup(anchors, counts, members, shared, usable)
 
 
-def posting_writes(found: PassageLookup, common_docs: int, matched: set[int]) -> tuple[np.ndarray, bytes]:
+def posting_writes(found: PassageLookup, common_docs: int, matched: set[int],
+                   all_bytes: bytes | None = None) -> tuple[np.ndarray, bytes]:
     """The anchors whose lists the new article joins, and its ``D`` value (those anchors' bytes,
-    :func:`anchor_bytes`).
+    :func:`anchor_bytes`; ``all_bytes``, if given, are those of all its anchors).
 
     Lists that are common are left alone, and so are lists holding one of ``matched`` (the
     articles the new one was verified a duplicate of: their passages are already indexed).
     """
+    if all_bytes is not None and not found.members.shape[0] and common_docs > 0:
+        return found.anchors, all_bytes  # every list empty (most new articles): it joins them all
     joins = found.counts < common_docs
     if matched and found.members.shape[0]:
         holds = np.isin(found.members, np.fromiter(matched, dtype=np.uint32, count=len(matched)))

@@ -182,6 +182,7 @@ class RecordStore:
         self.min_record = min_record
         # (zeros: calloc'd, so the pages are resident only once written, as a dict's records were)
         self.buf = np.zeros(2 * segment, dtype=np.uint8)
+        self.view = memoryview(self.buf)  # (slices of it: a record without a copy)
         most = 2 * segment // (HEADER + max(min_record, 1)) + 1
         slots = 1 << max(4, int(2 * most - 1).bit_length())  # at most half full
         self.keys = np.zeros(slots, dtype=np.int64)

@@ -155,3 +155,41 @@ def test_the_passage_lists_are_rebuilt_from_the_index_when_it_opens(tmp_path: Pa
         assert dedup.index.key_counts()[b"P"] == 0  # none of it in RocksDB
         found = dedup.process(Article(id="x", text=EXCERPT), now=60.0)
     assert found.is_duplicate and found.duplicate_of == "a" and found.method == "containment"
+
+
+@pytest.mark.parametrize("common_docs", [0, 2, 50])
+def test_the_joins_of_a_batch_article_are_those_of_one_alone(common_docs: int) -> None:
+    """posting_writes with the anchors' bytes made for the batch (Prepared.all_keys: one
+    anchor_bytes call for all its articles, sliced) gives what it computes alone: every list empty,
+    some held by matched articles, some common, no anchors at all."""
+    from stream_dedup.batch import Prepared
+    from stream_dedup.fingerprint import Fingerprint
+    from stream_dedup.list_table import MemberLists
+
+    rng = np.random.default_rng(common_docs)
+    fps = [Fingerprint(minhash=np.zeros(8, dtype=np.uint64), simhash=0, exact=bytes(16), n_shingles=1,
+                       anchors=np.sort(rng.choice(1 << 40, int(n), replace=False)).astype(np.uint64))
+           for n in rng.choice([0, 1, 7, 30], 12)]
+    todo = [Prepared(fp, np.zeros(8, dtype=">u2")) for fp in fps]
+    Prepared.all_keys(todo, _band_table(), _tables())
+    lists = MemberLists(cap=100, slots=64, nodes=64)
+    for seq, fp in enumerate(fps[:6]):  # the first articles' passages held by articles 0-5
+        if fp.anchors.shape[0]:
+            lists.file_one(fp.anchors[: 1 + seq % 3], seq)
+    for p in todo:
+        assert p.anchor_bytes == passages.anchor_bytes(p.fp.anchors)
+        found = passages.lookup(lists, p.fp.anchors, common_docs, 1)
+        for matched in (set(), {0, 3}):
+            alone = passages.posting_writes(found, common_docs, matched)
+            batch = passages.posting_writes(found, common_docs, matched, p.anchor_bytes)
+            assert np.array_equal(alone[0], batch[0]) and alone[1] == batch[1]
+
+
+def _band_table():
+    from stream_dedup.band_table import BandTable
+    return BandTable(bands=2, rows=4, cap=8, slots=16, nodes=16)
+
+
+def _tables():
+    from stream_dedup.simhash import PermutedTables
+    return PermutedTables()
