@@ -11,8 +11,8 @@ Layout. The buffer is two halves (*segments*); records are appended to the curre
 an 8-byte header (its seq and its length, little-endian uint32). When the next record does not fit,
 the other segment is emptied (every record in it forgotten) and becomes the current one: a FIFO
 cache by halves, holding between half and all of ``limit`` bytes of the newest records. A map from
-seq to the record's offset (open addressing, linear probing, ``seq + 1`` as the key so that zeros
-are empty slots: the map's pages are touched only as used) finds a record; a deleted one is taken
+seq to the record's offset (open addressing, linear probing, uint32 ``seq + 1`` as the key so that
+zeros are empty slots: the map's pages are touched only as used) finds a record; a deleted one is taken
 out with backward shifting (no tombstones: probes stay short).
 
 The store is a cache of what RocksDB holds, plus the records of the batch being decided (put at
@@ -31,6 +31,7 @@ __all__ = ["HEADER", "RecordStore"]
 HEADER = 8  # bytes before each record: seq, length (little-endian uint32)
 M_CURRENT, M_FILL, M_OTHER_FILL, M_COUNT, M_SEGMENT = range(5)  # meta[]
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_NO_SEQ = (1 << 32) - 1  # the last seq an index can number: seq + 1 would not fit the map's uint32 keys (not held)
 
 
 @inline
@@ -42,13 +43,15 @@ def _home(key, mask):
 @inline
 def _find(keys, vals, seq):
     """The offset of ``seq``'s header in the buffer, or -1."""
+    if seq >= _NO_SEQ:
+        return np.int64(-1)
     mask = keys.shape[0] - 1
-    key = np.int64(seq) + 1
+    key = np.uint32(seq + 1)
     i = _home(key, mask)
     while True:
         k = keys[i]
         if k == key:
-            return vals[i]
+            return np.int64(vals[i])
         if k == 0:
             return np.int64(-1)
         i = (i + 1) & mask
@@ -58,8 +61,10 @@ def _find(keys, vals, seq):
 def _forget(keys, vals, seq):
     """Take ``seq`` out of the map (backward shift: the entries after it move up where their probe
     allows). False if it was not there."""
+    if seq >= _NO_SEQ:
+        return False
     mask = keys.shape[0] - 1
-    key = np.int64(seq) + 1
+    key = np.uint32(seq + 1)
     i = _home(key, mask)
     while keys[i] != key:
         if keys[i] == 0:
@@ -101,7 +106,7 @@ def store_put(buf, keys, vals, meta, seq, rec):
     its record (records do not change; a caller replacing one deletes it first)."""
     need = np.int64(HEADER) + rec.shape[0]
     segment = meta[M_SEGMENT]
-    if need > segment or 2 * (meta[M_COUNT] + 1) > keys.shape[0]:
+    if need > segment or 2 * (meta[M_COUNT] + 1) > keys.shape[0] or seq >= _NO_SEQ:
         return False
     if _find(keys, vals, seq) >= 0:
         return True
@@ -125,12 +130,12 @@ def store_put(buf, keys, vals, meta, seq, rec):
     _put_u32(buf, at + 4, rec.shape[0])
     buf[at + HEADER:at + need] = rec
     mask = keys.shape[0] - 1
-    key = np.int64(seq) + 1
+    key = np.uint32(seq + 1)
     i = _home(key, mask)
     while keys[i] != 0:
         i = (i + 1) & mask
     keys[i] = key
-    vals[i] = at
+    vals[i] = np.uint32(at)
     meta[M_FILL] = fill + need
     meta[M_COUNT] += 1
     return True
@@ -179,14 +184,16 @@ class RecordStore:
 
     def __init__(self, limit: int, min_record: int) -> None:
         segment = max(limit // 2, 0)  # (0: nothing held; every verification reads its list of records)
+        if 2 * segment >= 1 << 32:
+            raise ValueError(f"a record store of {limit:,} bytes: at most 4 GiB (uint32 offsets)")
         self.min_record = min_record
         # (zeros: calloc'd, so the pages are resident only once written, as a dict's records were)
         self.buf = np.zeros(2 * segment, dtype=np.uint8)
         self.view = memoryview(self.buf)  # (slices of it: a record without a copy)
         most = 2 * segment // (HEADER + max(min_record, 1)) + 1
         slots = 1 << max(4, int(2 * most - 1).bit_length())  # at most half full
-        self.keys = np.zeros(slots, dtype=np.int64)
-        self.vals = np.zeros(slots, dtype=np.int64)
+        self.keys = np.zeros(slots, dtype=np.uint32)  # seq + 1 (0: an empty slot)
+        self.vals = np.zeros(slots, dtype=np.uint32)  # where its header is in buf
         self.meta = np.zeros(5, dtype=np.int64)
         self.meta[M_SEGMENT] = segment
         self._starts = np.zeros(64, dtype=np.int64)

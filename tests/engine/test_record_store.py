@@ -68,12 +68,14 @@ def test_the_store_holds_what_its_model_holds(seed: int) -> None:
     assert len(held) > 3  # (the run kept records: the test saw the store at work)
 
 
-def test_a_record_larger_than_half_the_store_is_not_held() -> None:
+def test_a_record_larger_than_half_the_store_or_the_last_seq_is_not_held() -> None:
     store = RecordStore(1000, min_record=8)
     assert not store.put(1, bytes(500 - HEADER + 1))
     assert store.put(2, bytes(500 - HEADER))
     assert store.get_many([1, 2]) == [None, bytes(500 - HEADER)]
     assert not RecordStore(0, min_record=8).put(1, b"")  # (no room at all: nothing held)
+    assert store.put((1 << 32) - 2, b"x") and not store.put((1 << 32) - 1, b"x")  # (the last seq: not held)
+    assert store.get_many([(1 << 32) - 2, (1 << 32) - 1]) == [b"x", None]
 
 
 def test_the_map_is_never_more_than_half_full() -> None:
