@@ -231,6 +231,7 @@ class Index:
                 "band_table_bytes": self._lists.buckets.nbytes if self._lists is not None else 0,
                 "passage_lists_bytes": self._lists.passages.nbytes if self._lists is not None else 0,
                 "simhash_table_bytes": self._lists.simhash.nbytes if self._lists is not None else 0,
+                "record_store_bytes": self.record_store.nbytes,
                 "block_cache_usage_bytes": self.budget.cache.get_usage(),
                 "block_cache_pinned_bytes": self.budget.cache.get_pinned_usage(),
                 "memtable_bytes": self.budget.write_buffers.get_usage(),

@@ -117,6 +117,10 @@ class Metrics:
             "stream_dedup_simhash_table_bytes", "Memory of the permuted SimHash tables, kept out of RocksDB and "
             "outside --memory (~190-280 bytes per indexed article at 10 tables; see stream_dedup.simhash_table).",
             registry=r)
+        self.record_store_bytes = Gauge(
+            "stream_dedup_record_store_bytes", "Memory of the records of the articles read or written lately, "
+            "kept for verifications outside --memory (up to min(64 MB, --memory / 64) and its map; see "
+            "stream_dedup.record_store).", registry=r)
         self.block_cache_lookups = Counter(
             "stream_dedup_block_cache_lookups", "RocksDB block cache lookups, by result (hit | miss); hit rate = "
             "rate(hit) / rate(hit + miss).", ["result"], registry=r)
@@ -131,6 +135,7 @@ class Metrics:
         self.band_table_bytes.set(stats["band_table_bytes"])
         self.passage_lists_bytes.set(stats["passage_lists_bytes"])
         self.simhash_table_bytes.set(stats["simhash_table_bytes"])
+        self.record_store_bytes.set(stats["record_store_bytes"])
         for result, key in (("hit", "block_cache_hits"), ("miss", "block_cache_misses")):
             total = stats[key]
             if total > self._cache_seen[result]:  # a reopened index counts from 0 again

@@ -228,3 +228,9 @@ class RecordStore:
     @property
     def limit(self) -> int:
         return self.buf.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        """The memory it takes: the bytes of the buffer written so far (its pages are touched only as
+        written: up to :attr:`limit`) and its map's arrays."""
+        return self.held_bytes + self.keys.nbytes + self.vals.nbytes

@@ -63,6 +63,7 @@ def test_the_store_holds_what_its_model_holds(seed: int) -> None:
             assert store.get_many(seqs) == [held.get(s) for s in seqs]
         assert len(store) == len(model.held())
         assert store.held_bytes <= limit
+        assert store.nbytes == store.held_bytes + store.keys.nbytes + store.vals.nbytes
     held = model.held()
     assert store.get_many(list(range(400))) == [held.get(s) for s in range(400)]
     assert len(held) > 3  # (the run kept records: the test saw the store at work)
