@@ -38,6 +38,7 @@ from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
 from .passages import ANCHOR_BYTES, NO_ANCHORS, anchor_bytes
 from .record_store import _store_put
+from .simhash_table import _file_article
 
 if TYPE_CHECKING:
     from .decision import Decision
@@ -244,21 +245,28 @@ class BatchView:
             known[key] = value
         put(time_key, b"", self.time_family)
         self.writes += len(points) + 1
-        if index_sketches:
-            if len(permuted) or len(bucket_keys):
-                index.lists_behind = True  # the lists are ahead of RocksDB until the commit (no snapshot)
-            if len(permuted):
-                filed.append((self.simhash, permuted, seq))  # (noted first: a rollback of an entry never filed is a no-op)
-                self.simhash.add(permuted, seq)
-            if len(bucket_keys):
-                filed.append((self.buckets, bucket_keys, seq))
-                self.bucket_entries += bucket_keys.shape[0]
-                self.buckets.file_one(bucket_keys, seq)
         joins = postings[0]
-        if joins.shape[0]:
-            index.lists_behind = True
-            filed.append((self.lists, joins, seq))
-            self.lists.file_one(joins, seq)
+        if not index_sketches:
+            bucket_keys = permuted = NO_KEYS
+        elif type(permuted) is not np.ndarray or type(bucket_keys) is not np.ndarray:
+            permuted, bucket_keys = np.asarray(permuted, dtype=np.uint64), np.asarray(bucket_keys, dtype=np.uint64)
+        if permuted.shape[0] or bucket_keys.shape[0] or joins.shape[0]:
+            index.lists_behind = True  # the lists are ahead of RocksDB until the commit (no snapshot)
+            # each list noted first (a rollback of an entry never filed is a no-op) and made room in,
+            # then the three filed in one call (file_article: ~1.7 us less than a call each)
+            buckets, simhash, lists = self.buckets, self.simhash, self.lists
+            if permuted.shape[0]:
+                filed.append((simhash, permuted, seq))
+                simhash.reserve(permuted.shape[0])
+            if bucket_keys.shape[0]:
+                filed.append((buckets, bucket_keys, seq))
+                self.bucket_entries += bucket_keys.shape[0]
+                buckets.reserve(bucket_keys.shape[0])
+            if joins.shape[0]:
+                filed.append((lists, joins, seq))
+                lists.reserve(joins.shape[0])
+            _file_article(*buckets._args, bucket_keys, simhash.fps, simhash.tags, simhash.seqs, simhash.meta, permuted,
+                          simhash.masks, *lists._args, joins, seq, buckets.cap, lists.cap)
         if checkpoint is not None or receipt is not None:
             self.mark(checkpoint, receipt, False)
         return seq

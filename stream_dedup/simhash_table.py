@@ -34,7 +34,7 @@ from .list_table import grown_size
 
 if compiling():
     from .kernels import distinct_union
-    from .list_table import table_members
+    from .list_table import table_add, table_members
 from .next_arrays import NextArrays
 
 FREE = 0
@@ -303,5 +303,27 @@ def lookup_candidates(slot_keys, slot_head, node_seq, node_next, old_keys, old_h
     return distinct_union(members, near)
 
 
+@kernel
+def file_article(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta,
+                 bucket_keys, fps, tags, seqs, s_meta, permuted, masks, p_slot_keys, p_slot_head, p_node_seq,
+                 p_node_next, p_old_keys, p_old_head, p_mirror_seq, p_mirror_next, p_meta, joins, seq, cap, p_cap):
+    """An article's filing in one call: ``seq`` under its LSH bucket keys ``bucket_keys`` in the band
+    table (:func:`~stream_dedup.list_table.table_add` on its arrays, lists of at most ``cap``), in
+    every SimHash table with its SimHash ``permuted`` for each (:func:`simhash_add`), and under the
+    passage anchors ``joins`` in the passage lists (``p_*``, at most ``p_cap``); any of the three may
+    be empty. The caller has made room in each (their ``reserve``)."""
+    n = max(bucket_keys.shape[0], permuted.shape[0], joins.shape[0])
+    numbers = np.full(max(n, 1), seq, dtype=np.uint32)
+    if bucket_keys.shape[0]:
+        table_add(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta,
+                  bucket_keys, numbers[:bucket_keys.shape[0]], cap)
+    if permuted.shape[0]:
+        simhash_add(fps, tags, seqs, s_meta, permuted.reshape((1, permuted.shape[0])), masks, numbers[:1])
+    if joins.shape[0]:
+        table_add(p_slot_keys, p_slot_head, p_node_seq, p_node_next, p_old_keys, p_old_head, p_mirror_seq,
+                  p_mirror_next, p_meta, joins, numbers[:joins.shape[0]], p_cap)
+
+
 # the hot calls: the table's own arrays, the queries a kernel's uint64 output (jit.trusted)
 _simhash_add, _simhash_probe = trusted(simhash_add), trusted(simhash_probe)
+_file_article = trusted(file_article)  # the lists' own arrays, the keys kernels' uint64 outputs (BatchView.insert)

@@ -136,3 +136,38 @@ def test_a_large_add_mid_growth_finishes_the_growth_at_once(monkeypatch: pytest.
         seq += n
     assert table.as_set() == {(t, tables.permute(fp, t), s) for s, fp in model.items() for t in range(len(tables))}
     assert table.entries == len(model) * len(tables)
+
+
+def test_file_article_files_as_the_three_calls_it_replaces() -> None:
+    """file_article (an article's LSH buckets, SimHash tables and passage lists in one call, after
+    the three tables' reserve) leaves the tables as BandTable.file_one, SimhashTable.add and
+    MemberLists.file_one do, through growths of every table (small starting sizes, lists at their
+    cap dropping their oldest member) and with any of the three empty."""
+    from stream_dedup.band_table import BandTable
+    from stream_dedup.list_table import MemberLists
+
+    rng = np.random.default_rng(5)
+    tables = PermutedTables()
+    routes = [(BandTable(bands=4, rows=2, cap=3, slots=8, nodes=8), SimhashTable(tables.key_masks, slots=8),
+               MemberLists(cap=2, slots=8, nodes=8)) for _ in range(2)]
+    for seq in range(600):
+        keys = rng.integers(0, 40, 4).astype(np.uint64) if rng.random() < 0.9 else np.zeros(0, dtype=np.uint64)
+        permuted = tables.permute_array(int(rng.integers(0, 1 << 63))) if rng.random() < 0.9 \
+            else np.zeros(0, dtype=np.uint64)
+        joins = np.unique(rng.integers(0, 60, int(rng.integers(0, 6)))).astype(np.uint64)
+        (buckets, simhash, lists), (f_buckets, f_simhash, f_lists) = routes
+        buckets.file_one(keys, seq)
+        if permuted.shape[0]:
+            simhash.add(permuted, seq)
+        lists.file_one(joins, seq)
+        f_simhash.reserve(permuted.shape[0])
+        f_buckets.reserve(keys.shape[0])
+        f_lists.reserve(joins.shape[0])
+        simhash_table._file_article(*f_buckets._args, keys, f_simhash.fps, f_simhash.tags, f_simhash.seqs,
+                                    f_simhash.meta, permuted, f_simhash.masks, *f_lists._args, joins, seq,
+                                    f_buckets.cap, f_lists.cap)
+    (buckets, simhash, lists), (f_buckets, f_simhash, f_lists) = routes
+    assert f_buckets.as_dict() == buckets.as_dict() and f_buckets.members == buckets.members
+    assert f_simhash.as_set() == simhash.as_set() and len(simhash.as_set()) > 500
+    assert f_lists.as_dict() == lists.as_dict() and any(len(v) == 2 for v in lists.as_dict().values())
+    assert f_buckets.slot_keys.shape[0] > 8 and f_simhash.fps.shape[0] > 8  # (they grew)
