@@ -186,6 +186,7 @@ class SimhashTable:
 
     def loaded(self) -> None:
         """No growth under way (a new table, or its arrays just set from a snapshot)."""
+        self._room = 0  # entries that may be added before reserve must look again (see reserve)
         self.old_fps, self.old_tags, self.old_seqs = _NO_FPS, _NO_TAGS, _NO_SEQS
         self._next: NextArrays | None = None  # the next table's arrays while they are initialised
         if self.meta.shape[0] < _META:  # a snapshot of the format before incremental growth
@@ -194,6 +195,7 @@ class SimhashTable:
 
     def settle(self) -> None:
         """Finish any growth under way (before a snapshot: it keeps one table)."""
+        self._room = 0
         self._migrate(self.old_tags.shape[0])
         if self._next is not None:
             self._next.cancel()  # (its next growth prepares another)
@@ -240,10 +242,17 @@ class SimhashTable:
         table (adds go there) and the old one drains, :data:`MIGRATE_PER_ENTRY` slots per entry
         added; probes and removals look in both meanwhile. A table that would still pass
         :data:`MAX_LOAD` finishes at once."""
+        if 0 < entries <= self._room:  # (most adds: no growth under way nor due, as found by a call before)
+            self._room -= entries
+            return
         meta = self.meta
         size = self.fps.shape[0]
         if self._next is None and not self.old_tags.shape[0] and meta.item(0) + entries <= PREPARE_LOAD * size:
-            return  # no growth under way nor due (most adds)
+            # no growth under way nor due until more entries than this are added (each takes at most
+            # one slot): later calls count them down (MemberLists.reserve)
+            self._room = int(PREPARE_LOAD * size - meta.item(0)) - entries
+            return
+        self._room = 0
         full = meta.item(0) + entries > MAX_LOAD * size
         if self.old_tags.shape[0]:
             self._migrate(self.old_tags.shape[0] if full else MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)

@@ -196,3 +196,33 @@ def test_a_list_of_one_member_is_held_in_its_slot() -> None:
     for seq in (5, big, 6, big + 1, 9):
         one.add(np.array([[10]], dtype=np.uint64), np.array([seq], dtype=np.uint32))
         assert one.as_dict() == {10: [seq]} and one.members == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reserve_counting_its_room_down_never_lets_an_add_outgrow_the_table(seed: int) -> None:
+    """reserve counts down the entries a table can take before a growth check is due (found by the
+    call that last looked) instead of looking at every call: after every add of 0-40 entries to a
+    tiny table (removals between), the nodes used stay within the node arrays and the slots used
+    within MAX_LOAD of the table, the room left never lets in more than reserve's own check would
+    (an off-by-one in it, or a node counted once, fails here), and the lists equal the model's."""
+    rnd = random.Random(seed)
+    table = list_table.MemberLists(cap=1000, slots=16, nodes=8)
+    model = Model(1000)
+    added: list[tuple[list[int], int]] = []
+    for seq in range(4000):
+        if added and rnd.random() < 0.2:
+            keys, old = added.pop(rnd.randrange(len(added)))
+            table.remove(np.array(keys, dtype=np.uint64), old)
+            model.remove(keys, old)
+        keys = rnd.sample(range(1, 5000), rnd.choice([0, 1, 2, 7, 40]))
+        table.file_one(np.array(keys, dtype=np.uint64), seq)
+        model.add(keys, seq)
+        added.append((keys, seq))
+        assert table._room >= 0
+        assert table.meta.item(1) <= table.node_seq.shape[0]
+        assert table.meta.item(0) <= list_table.MAX_LOAD * table.slot_keys.shape[0]
+        if table._room:  # (0 while a growth is under way: past the thresholds then, as reserve intends)
+            # the room left is no more than reserve's own check would let in without a growth
+            assert table.meta.item(1) + 2 * table._room <= list_table.PREPARE_NODES * table.node_seq.shape[0]
+            assert table.meta.item(0) + table._room <= list_table.PREPARE_LOAD * table.slot_keys.shape[0]
+    assert table.as_dict() == {k: v for k, v in model.lists.items() if v}

@@ -171,3 +171,27 @@ def test_file_article_files_as_the_three_calls_it_replaces() -> None:
     assert f_simhash.as_set() == simhash.as_set() and len(simhash.as_set()) > 500
     assert f_lists.as_dict() == lists.as_dict() and any(len(v) == 2 for v in lists.as_dict().values())
     assert f_buckets.slot_keys.shape[0] > 8 and f_simhash.fps.shape[0] > 8  # (they grew)
+
+
+def test_reserve_counting_its_room_down_never_lets_in_more_than_its_check() -> None:
+    """SimhashTable.reserve counts down the entries the table can take before a growth check is
+    due (MemberLists.reserve's room): after every add and removal through several growths of a
+    tiny table, the room left never lets in more than the check would (an off-by-one fails it), the
+    slots used stay within MAX_LOAD, and the entries are the ones added and not removed."""
+    rng = np.random.default_rng(11)
+    tables = PermutedTables()
+    table = SimhashTable(tables.key_masks, slots=8)
+    live: dict[int, np.ndarray] = {}
+    for seq in range(3000):
+        if live and rng.random() < 0.2:
+            old = int(rng.choice(list(live)))
+            table.remove(live.pop(old), old)
+        permuted = tables.permute_array(int(rng.integers(0, 1 << 63)))
+        table.add(permuted, seq)
+        live[seq] = permuted
+        assert table._room >= 0
+        if table._room:  # (0 while a growth is under way)
+            assert table.meta.item(0) + table._room <= simhash_table.PREPARE_LOAD * table.fps.shape[0]
+        assert table.meta.item(0) <= simhash_table.MAX_LOAD * table.fps.shape[0]
+    assert table.as_set() == {(t, int(p[t]), s) for s, p in live.items() for t in range(p.shape[0])}
+    assert table.fps.shape[0] > 8
