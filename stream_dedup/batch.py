@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["BatchView", "Prepared", "run_batch"]
 _UNKNOWN = object()  # a key not read yet
 NO_KEYS = np.zeros(0, dtype=np.uint64)  # the bucket keys of an article without shingles
+_UINT64 = np.dtype(np.uint64)
 
 
 def run_batch(engine: Deduplicator, ids: list[str], fingerprints: Callable[[list[int]], list[Fingerprint]],
@@ -129,6 +130,13 @@ class Prepared:
             self.buckets = buckets.keys(self.sig) if has_shingles else NO_KEYS
             self.permuted = tables.permute_array(self.fp.simhash) if has_shingles else NO_KEYS
         return self.buckets, self.permuted
+
+
+def _uint64_keys(keys: np.ndarray | list[int]) -> np.ndarray:
+    """``keys`` as a C-ordered uint64 array (itself when it is one: the engine's own)."""
+    if type(keys) is np.ndarray and keys.dtype == _UINT64 and keys.flags.c_contiguous:
+        return keys
+    return np.ascontiguousarray(keys, dtype=np.uint64)
 
 
 class BatchView:
@@ -248,8 +256,8 @@ class BatchView:
         joins = postings[0]
         if not index_sketches:
             bucket_keys = permuted = NO_KEYS
-        elif type(permuted) is not np.ndarray or type(bucket_keys) is not np.ndarray:
-            permuted, bucket_keys = np.asarray(permuted, dtype=np.uint64), np.asarray(bucket_keys, dtype=np.uint64)
+        else:  # (the filing kernel reads them unchecked: the engine's are uint64 already)
+            permuted, bucket_keys = _uint64_keys(permuted), _uint64_keys(bucket_keys)
         if permuted.shape[0] or bucket_keys.shape[0] or joins.shape[0]:
             index.lists_behind = True  # the lists are ahead of RocksDB until the commit (no snapshot)
             # each list noted first (a rollback of an entry never filed is a no-op) and made room in,

@@ -112,6 +112,25 @@ def test_lsh_buckets_collect_members_and_keep_the_newest(tmp_path: Path) -> None
     idx.close()
 
 
+def test_insert_takes_keys_of_any_integer_type(tmp_path: Path) -> None:
+    """Index.insert (the library's) files bucket keys and permuted SimHashes given as lists, as
+    big-endian arrays or as strided views, as it files the engine's C-ordered uint64 arrays (the
+    filing kernel reads them unchecked: BatchView.insert converts them first)."""
+    values = [(1 << 62) + 5, 7]
+    filed = []
+    variants = (lambda v: np.array(v, dtype=np.uint64), list, lambda v: np.array(v, dtype=">u8"),
+                lambda v: np.repeat(np.array(v, dtype=np.uint64), 2)[::2])
+    for n, convert in enumerate(variants):
+        idx = open_index(tmp_path / f"s{n}")
+        band_keys = keys(idx, signature(0))
+        idx.insert(article_id="a0", first_seen=0.0, simhash=0, n_shingles=1, exact=bytes(16), minhash=signature(0),
+                   root_id="a0", decision={"n": 0}, bucket_keys=convert(band_keys.tolist()),
+                   permuted=convert(values), index_sketches=True, checkpoint=None)
+        filed.append((idx.buckets.as_dict(), idx.lists().simhash.as_set()))
+        idx.close()
+    assert filed[0] == filed[1] == filed[2] == filed[3] and filed[0][0] and len(filed[0][1]) == 2
+
+
 def test_simhash_probe_reads_the_entries_sharing_the_key_bits_within_the_distance(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
     low = (1 << (64 - idx.tables.key_bits[0])) - 1  # the bits outside table 0's key
