@@ -327,6 +327,18 @@ class CompiledRules:
         self.starts = np.zeros(2048, dtype=np.int64)  # where run_stored found each candidate's record
         self.lengths = np.zeros(2048, dtype=np.int64)
 
+    def _inputs(self, m: int, words: bytes, shared: list[int] | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The article's passage anchors shared by each candidate and its content-word bitmap as the
+        kernel reads them, the output arrays made to hold ``m`` candidates; None where only the
+        Python rules can answer (a bitmap of another size)."""
+        if words and len(words) != rewrite.WORD_BITS // 8:
+            return None
+        if m > self.out.shape[1]:
+            self.out = np.zeros((7, 2 * m), dtype=np.float64)
+            self.passed = np.zeros(2 * m, dtype=np.int64)
+        return (np.array(shared, dtype=np.int64) if shared else self._none,
+                np.frombuffer(words, dtype=np.uint8) if words else self._no_words)
+
     def run(self, raw: list[bytes], query: np.ndarray, simhash: int, n: int, words: bytes, identity: np.ndarray,
             shared: list[int] | None = None, usable: int = 0, common: float = 0.0) -> np.ndarray | None:
         """The kernel on the candidates whose raw records are ``raw`` (ascending seqs) for an
@@ -335,15 +347,12 @@ class CompiledRules:
         only the Python rules can answer (a rounding at a half, a content-word bitmap of another size).
         ``shared``: the passage anchors each candidate shares, if looked up."""
         m = len(raw)
-        if words and len(words) != rewrite.WORD_BITS // 8:
+        inputs = self._inputs(m, words, shared)
+        if inputs is None:
             return None
-        if m > self.out.shape[1]:
-            self.out = np.zeros((7, 2 * m), dtype=np.float64)
-            self.passed = np.zeros(2 * m, dtype=np.int64)
+        anchors, words_a = inputs
         recs = np.frombuffer(b"".join(raw), dtype=np.uint8)
         lengths = np.fromiter(map(len, raw), np.int64, m)
-        anchors = np.array(shared, dtype=np.int64) if shared else self._none
-        words_a = np.frombuffer(words, dtype=np.uint8) if words else self._no_words
         starts = np.zeros(m, dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         self.passing = _verify(recs, starts, lengths, query, np.uint64(simhash), n, self.jaccard_of, self.jaccard4_of,
@@ -351,25 +360,21 @@ class CompiledRules:
                                identity, self.out, self.summary, self.passed)
         return None if self.summary[S_UNCERTAIN] else self.out
 
-
     def run_stored(self, store: RecordStore, seqs: np.ndarray, query: np.ndarray, simhash: int, n: int, words: bytes,
                    identity: np.ndarray, shared: list[int] | None = None, usable: int = 0,
                    common: float = 0.0) -> np.ndarray | int | None:
-        """:meth:`run` on the candidates ``seqs`` (int64, ascending) with their records read where
+        """:meth:`run` on the candidates ``seqs`` (uint32, ascending) with their records read where
         ``store`` holds them (:func:`verify_stored`): the output as :meth:`run` gives it, or the
         number of candidates ``store`` does not hold (an int: nothing verified; :attr:`starts`
         ``[i] = -1`` for those)."""
         m = seqs.shape[0]
-        if words and len(words) != rewrite.WORD_BITS // 8:
+        inputs = self._inputs(m, words, shared)
+        if inputs is None:
             return None
-        if m > self.out.shape[1]:
-            self.out = np.zeros((7, 2 * m), dtype=np.float64)
-            self.passed = np.zeros(2 * m, dtype=np.int64)
+        anchors, words_a = inputs
         if m > self.starts.shape[0]:
             self.starts = np.zeros(2 * m, dtype=np.int64)
             self.lengths = np.zeros(2 * m, dtype=np.int64)
-        anchors = np.array(shared, dtype=np.int64) if shared else self._none
-        words_a = np.frombuffer(words, dtype=np.uint8) if words else self._no_words
         passing = _verify_stored(store.buf, store.keys, store.vals, seqs, self.starts, self.lengths, query,
                                  np.uint64(simhash), n, self.jaccard_of, self.jaccard4_of, self.rules, self.params,
                                  anchors, usable, float(common), words_a, self.counts, identity, self.out, self.summary,
