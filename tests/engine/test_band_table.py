@@ -30,6 +30,14 @@ class Model:
                 self.lists[k].remove(seq)
 
 
+def _remove_one_at_random(rnd: random.Random, added: list[tuple[list[int], int]], table: list_table.MemberLists,
+                          model: Model) -> None:
+    """Take one of the ``added`` articles, at random, out of the table and the model."""
+    keys, old = added.pop(rnd.randrange(len(added)))
+    table.remove(np.array(keys, dtype=np.uint64), old)
+    model.remove(keys, old)
+
+
 @pytest.mark.parametrize("cap", [1, 3, 256])
 def test_random_adds_and_removes_match_the_model(cap: int) -> None:
     rnd = random.Random(cap)
@@ -39,9 +47,7 @@ def test_random_adds_and_removes_match_the_model(cap: int) -> None:
     added: list[tuple[list[int], int]] = []
     for seq in range(3000):
         if added and rnd.random() < 0.3:
-            keys, old = added.pop(rnd.randrange(len(added)))
-            table.remove(np.array(keys, dtype=np.uint64), old)
-            model.remove(keys, old)
+            _remove_one_at_random(rnd, added, table, model)
         keys = rnd.sample(universe, 4)
         table.add(np.array([keys], dtype=np.uint64), np.array([seq], dtype=np.uint32))
         model.add(keys, seq)
@@ -211,9 +217,7 @@ def test_reserve_counting_its_room_down_never_lets_an_add_outgrow_the_table(seed
     added: list[tuple[list[int], int]] = []
     for seq in range(4000):
         if added and rnd.random() < 0.2:
-            keys, old = added.pop(rnd.randrange(len(added)))
-            table.remove(np.array(keys, dtype=np.uint64), old)
-            model.remove(keys, old)
+            _remove_one_at_random(rnd, added, table, model)
         keys = rnd.sample(range(1, 5000), rnd.choice([0, 1, 2, 7, 40]))
         table.file_one(np.array(keys, dtype=np.uint64), seq)
         model.add(keys, seq)
