@@ -280,7 +280,6 @@ class MemberLists:
         self.node_next = np.full(nodes, -1, dtype=np.int32)
         self.meta = np.zeros(_META, dtype=np.int64)
         self.meta[2] = -1
-        self._seq_buf = np.empty(64, dtype=np.uint32)  # (file_one's seqs)
         self._settled()
 
     def _settled(self) -> None:
@@ -348,17 +347,6 @@ class MemberLists:
             self.add_entries(np.concatenate([keys for keys, _ in pairs]),
                              np.repeat(np.array([seq for _, seq in pairs], dtype=np.uint32),
                                        [keys.shape[0] for keys, _ in pairs]))
-
-    def file_one(self, keys: np.ndarray, seq: int) -> None:
-        """File ``seq`` under every key of ``keys`` (uint64[m]): :meth:`file` of one article (once per
-        article and list: its seqs are a view of a buffer kept for it, ~1.5 us less than ``np.full``)."""
-        m = keys.shape[0]
-        if m:
-            if self._seq_buf.shape[0] < m:
-                self._seq_buf = np.empty(2 * m, dtype=np.uint32)
-            seqs = self._seq_buf[:m]
-            seqs.fill(seq)
-            self.add_entries(keys, seqs)
 
     def remove(self, keys: np.ndarray, seq: int) -> None:
         """Take ``seq`` out of the lists ``keys`` (uint64[m])."""

@@ -181,7 +181,6 @@ class SimhashTable:
         self.tags = np.zeros(slots, dtype=np.uint8)
         self.seqs = np.zeros(slots, dtype=np.uint32)
         self.meta = np.zeros(_META, dtype=np.int64)
-        self._one = np.empty(1, dtype=np.uint32)  # (add's seq)
         self.loaded()
 
     def loaded(self) -> None:
@@ -214,8 +213,7 @@ class SimhashTable:
 
     def add(self, permuted: np.ndarray, seq: int) -> None:
         """File article ``seq`` with its SimHash permuted for each table (uint64[T])."""
-        self._one[0] = seq  # (a kept one-element array: np.array([seq]) costs ~1 us a call)
-        self.add_many(permuted.reshape(1, -1), self._one)
+        self.add_many(permuted.reshape(1, -1), np.array([seq], dtype=np.uint32))
 
     def add_many(self, permuted: np.ndarray, seqs: np.ndarray) -> None:
         """File articles ``seqs`` (uint32[n]) with their SimHash permuted for each table (uint64[n, T]), in order."""

@@ -219,7 +219,7 @@ def test_reserve_counting_its_room_down_never_lets_an_add_outgrow_the_table(seed
         if added and rnd.random() < 0.2:
             _remove_one_at_random(rnd, added, table, model)
         keys = rnd.sample(range(1, 5000), rnd.choice([0, 1, 2, 7, 40]))
-        table.file_one(np.array(keys, dtype=np.uint64), seq)
+        table.file([(np.array(keys, dtype=np.uint64), seq)])
         model.add(keys, seq)
         added.append((keys, seq))
         assert table._room >= 0

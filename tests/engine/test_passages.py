@@ -175,7 +175,7 @@ def test_the_joins_of_a_batch_article_are_those_of_one_alone(common_docs: int) -
     lists = MemberLists(cap=100, slots=64, nodes=64)
     for seq, fp in enumerate(fps[:6]):  # the first articles' passages held by articles 0-5
         if fp.anchors.shape[0]:
-            lists.file_one(fp.anchors[: 1 + seq % 3], seq)
+            lists.file([(fp.anchors[: 1 + seq % 3], seq)])
     for p in todo:
         assert p.anchor_bytes == passages.anchor_bytes(p.fp.anchors)
         found = passages.lookup(lists, p.fp.anchors, common_docs, 1)

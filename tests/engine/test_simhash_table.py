@@ -140,8 +140,8 @@ def test_a_large_add_mid_growth_finishes_the_growth_at_once(monkeypatch: pytest.
 
 def test_file_article_files_as_the_three_calls_it_replaces() -> None:
     """file_article (an article's LSH buckets, SimHash tables and passage lists in one call, after
-    the three tables' reserve) leaves the tables as BandTable.file_one, SimhashTable.add and
-    MemberLists.file_one do, through growths of every table (small starting sizes, lists at their
+    the three tables' reserve) leaves the tables as BandTable.file, SimhashTable.add and
+    MemberLists.file do, through growths of every table (small starting sizes, lists at their
     cap dropping their oldest member) and with any of the three empty."""
     from stream_dedup.band_table import BandTable
     from stream_dedup.list_table import MemberLists
@@ -156,10 +156,10 @@ def test_file_article_files_as_the_three_calls_it_replaces() -> None:
             else np.zeros(0, dtype=np.uint64)
         joins = np.unique(rng.integers(0, 60, int(rng.integers(0, 6)))).astype(np.uint64)
         (buckets, simhash, lists), (f_buckets, f_simhash, f_lists) = routes
-        buckets.file_one(keys, seq)
+        buckets.file([(keys, seq)])
         if permuted.shape[0]:
             simhash.add(permuted, seq)
-        lists.file_one(joins, seq)
+        lists.file([(joins, seq)])
         f_simhash.reserve(permuted.shape[0])
         f_buckets.reserve(keys.shape[0])
         f_lists.reserve(joins.shape[0])
