@@ -13,6 +13,8 @@ from stream_dedup.engine import Deduplicator
 from stream_dedup.fold_table import fold_bytes, tables
 from stream_dedup.folding import fold
 from stream_dedup.identity import (
+    _WORD,
+    _bmp_tables,
     agreement,
     identity_items,
     identity_pairs_reference,
@@ -61,6 +63,15 @@ def test_items() -> None:
     assert ("he", 0) in items and ("the", 0) in items                              # sentence starts
     assert ("mr", 1) in items                                                      # inside a sentence: a name
     assert ("20th", 0) in items and ("g20", 1) in items                            # words holding digits
+
+
+def test_code_point_tables_are_the_regex_and_isupper() -> None:
+    """The tables of the compiled Unicode scan, built from ``str.isalnum``, say what the reference's
+    ``\\w`` regex and ``str.isupper`` say of every code point of the Basic Multilingual Plane."""
+    is_word, is_upper = _bmp_tables()
+    chars = [chr(cp) for cp in range(0x10000)]
+    assert is_word.tolist() == [_WORD.fullmatch(ch) is not None for ch in chars]
+    assert is_upper.tolist() == [ch.isupper() for ch in chars]
 
 
 @settings(max_examples=300, deadline=None)
