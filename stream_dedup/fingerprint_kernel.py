@@ -16,16 +16,33 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import compiling, kernel
+from .jit import compiling, inline, kernel
 
 if compiling():
-    from .identity import identity_sketch_ascii
-    from .kernels import fold_utf8, sketch, token_hashes_split, token_hashes_utf8, word_bitmap
+    from .identity import _select_kernel, identity_pairs_runs, identity_sketch_ascii
+    from .kernels import (
+        fold_utf8,
+        sketch,
+        token_hashes_split,
+        token_hashes_utf8,
+        token_runs_utf8,
+        word_bitmap,
+    )
     from .passages import winnow
 
 #: status of :func:`fingerprint_folded`: all of it computed; the tokens' fold needs Python; the
 #: identity sketch does (the rest is computed)
 DONE, TOKENS_NOT_FOLDED, IDENTITY_NOT_FOLDED = 0, 1, 2
+
+
+@inline
+def _same_ascii_words(word, id_word):
+    """Whether the tokens' word-byte table and the identity's agree on ASCII (they do: letters,
+    digits and ``_``), so that an ASCII text's identity items are its token runs."""
+    for c in range(128):
+        if word[c] != id_word[c]:
+            return False
+    return True
 
 
 @kernel
@@ -41,12 +58,13 @@ def fingerprint_folded(buf, is_ascii, t_map, t_lengths, t_offsets, t_pool, t_fla
     no_u64 = np.zeros(0, dtype=np.uint64)
     no_u8 = np.zeros(0, dtype=np.uint8)
     no_u32 = np.zeros(0, dtype=np.uint32)
+    low, run_starts, run_ends = no_u8, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     if is_ascii:  # folding is lower() on ASCII
         folded = buf.copy()
         for i in range(folded.shape[0]):
             if 65 <= folded[i] <= 90:
                 folded[i] += 32
-        th = token_hashes_utf8(folded, word, seed)
+        low, run_starts, run_ends, th = token_runs_utf8(folded, word, seed)
     else:
         ok, folded, split = fold_utf8(buf, t_map, t_lengths, t_offsets, t_pool, t_flags)
         if not ok:
@@ -61,7 +79,9 @@ def fingerprint_folded(buf, is_ascii, t_map, t_lengths, t_offsets, t_pool, t_fla
     status = np.int64(DONE)
     identity = no_u32
     if identity_on:
-        if is_ascii:
+        if is_ascii and _same_ascii_words(word, id_word):  # the items are the tokens' runs: no second scan
+            identity = _select_kernel(identity_pairs_runs(buf, low, run_starts, run_ends, id_seed), id_k)
+        elif is_ascii:
             identity = identity_sketch_ascii(buf, id_word, id_seed, id_k)
         else:
             ok, plain, _ = fold_utf8(buf, i_map, i_lengths, i_offsets, i_pool, i_flags)

@@ -316,6 +316,70 @@ def identity_pairs_ascii(buf, word, seed):
     return out[:m]
 
 
+@inline
+def identity_pairs_runs(buf, low, starts, ends, seed):
+    """:func:`identity_pairs_ascii` of ASCII ``buf`` from its word runs as the token scan found
+    them (:func:`stream_dedup.kernels.token_runs_utf8`: ``starts``/``ends``, and ``low``, ``buf``
+    lower-cased and zero-padded), for a word-byte table that agrees with :data:`WORD_BYTES` on
+    ASCII: the same items and pairs without a second pass over the bytes.
+
+    An item is a run, or digit runs joined across one ``. , : /`` (the separator is not a word
+    byte, so the next run starts right after it: joined when it is all digits, as the byte scan
+    joins them). A hash is kept with the item it was computed for: the item before an identity
+    token is often one itself, and is then not hashed again.
+    """
+    runs = starts.shape[0]
+    out = np.empty(runs + 1, dtype=np.uint32)
+    m = 0
+    s1 = e1 = s2 = e2 = -1  # the two items before (start, end; -1 = none)
+    h1 = h2 = np.uint64(0)
+    known1 = known2 = False  # whether h1 / h2 hold their item's hash
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    r = 0
+    while r < runs:
+        s = starts[r]
+        i = ends[r]
+        r += 1
+        digits = True
+        for j in range(s, i):
+            if not (48 <= buf[j] <= 57):
+                digits = False
+                break
+        ident = digits
+        if digits:  # join the next runs across one . , : / while they are all digits
+            while r < runs and starts[r] == i + 1 and (buf[i] == 46 or buf[i] == 44 or buf[i] == 58 or buf[i] == 47) \
+                    and 48 <= buf[i + 1] <= 57:
+                all_digits = True
+                for j in range(starts[r], ends[r]):
+                    if not (48 <= buf[j] <= 57):
+                        all_digits = False
+                        break
+                if not all_digits:
+                    break
+                i = ends[r]
+                r += 1
+        elif 65 <= buf[s] <= 90 and s >= 2 and buf[s - 1] == 32:
+            p = buf[s - 2]
+            ident = (97 <= p <= 122) or (48 <= p <= 57) or p == 44 or p == 59 or p == 58
+        h = np.uint64(0)
+        if ident:
+            h = _murmur3_64_padded(low, s, i, seed)
+            if s1 >= 0 and not known1:
+                h1 = _murmur3_64_padded(low, s1, e1, seed)
+            if s2 >= 0 and not known2:
+                h2 = _murmur3_64_padded(low, s2, e2, seed)
+            prev1 = h1 if s1 >= 0 else np.uint64(0)
+            prev2 = h2 if s2 >= 0 else np.uint64(0)
+            ctx = _fmix(prev2 * golden + prev1)
+            kind = np.uint64(0x8000) if digits else np.uint64(0)
+            out[m] = np.uint32(((ctx >> np.uint64(48)) << np.uint64(16)) | kind | (h & np.uint64(0x7FFF)))
+            m += 1
+            known1 = known2 = True  # (both hashed now, where they exist)
+        s2, e2, h2, known2 = s1, e1, h1, known1
+        s1, e1, h1, known1 = s, i, h, ident
+    return out[:m]
+
+
 def identity_sketch(text: str, diacritics: bool = True) -> np.ndarray:
     """Sorted uint32 pairs: the ``IDENTITY_K`` smallest distinct (context, identity token) pairs of each kind.
 

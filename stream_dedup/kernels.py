@@ -130,7 +130,14 @@ WORD_BYTES = _word_byte_table()
 
 @kernel
 def token_hashes_utf8(buf, word, seed):
-    """MurmurHash3 (64-bit) of every maximal run of word bytes in ``buf``.
+    """MurmurHash3 (64-bit) of every maximal run of word bytes in ``buf`` (:func:`token_runs_utf8`)."""
+    return token_runs_utf8(buf, word, seed)[3]
+
+
+@inline
+def token_runs_utf8(buf, word, seed):
+    """``(padded, starts, ends, hashes)``: ``buf`` followed by zero bytes (at least 16), and the
+    start, end and MurmurHash3 (64-bit) of every maximal run of word bytes in ``buf``.
 
     Token boundaries come 64 bytes at a time: a bitmask of word bytes, whose run starts
     (``m & ~(m << 1)``) and ends (``~m & (m << 1)``) are read off with trailing-zero counts, so the
@@ -166,7 +173,7 @@ def token_hashes_utf8(buf, word, seed):
     out = np.empty(cs, dtype=np.uint64)
     for t in range(cs):
         out[t] = _murmur3_64_padded(padded, starts[t], ends[t], seed)
-    return out
+    return padded, starts[:cs], ends[:cs], out
 
 
 @inline

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from stream_dedup.config import EngineConfig
 from stream_dedup.fingerprint import Fingerprint, Fingerprinter
 from stream_dedup.html_text import html_to_text
+from stream_dedup.identity import identity_sketch
 from stream_dedup.record import Article
 from stream_dedup.text import COMMON_NON_WORD, ascii_equivalent
 
@@ -99,6 +100,24 @@ def test_one_compiled_call_equals_the_chained_kernels(text: str) -> None:
     kernel calls, or None for text a fold table does not hold (the chain then computes it)."""
     fused = DEFAULT._fused(text)
     assert fused is None or fused == DEFAULT._chained(text)
+
+
+#: pieces of ASCII text where the identity scan's rules meet: numbers joined across . , : / or not
+#: (``3.5x``, ``1,2a``), names after a lower-case letter, digit, comma, colon or semicolon, words
+#: holding digits, underscores, separators at run ends, long runs across the 64-byte chunks
+_IDENTITY_PIECES = list("aZ90 .,:;/'_-\n") + ["Mr ", "Apple ", "3.5 ", "1,200", "10:30 ", "2017/02/03", "x9", "G20 ",
+                                               "said ", ", Smith ", ": Ana ", "; Bob ", "7 Acme ", "3.5x ", "1,2a",
+                                               "4/", "5.", "The ", "x" * 70, "1" * 70]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_IDENTITY_PIECES), max_size=120).map("".join))
+def test_an_ascii_texts_identity_items_are_its_token_runs(text: str) -> None:
+    """The one call reads an ASCII text's identity items from its token runs (no second byte
+    scan): the sketch of the byte scan, pair for pair."""
+    fused = DEFAULT._fused(text)
+    assert fused is not None
+    assert np.array_equal(fused.identity, identity_sketch(text))
 
 
 def test_one_compiled_call_covers_ascii_folded_and_split_text_and_leaves_the_rest() -> None:
