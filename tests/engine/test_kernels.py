@@ -67,6 +67,19 @@ def test_token_hashes_utf8_tokens_across_and_up_to_64_byte_chunks(lead: int, len
         assert [int(x) for x in got] == [mmh3.hash64(t, 7, signed=False)[0] for t in tokens]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 42, 0xFFFFFFFF])
+def test_token_hashes_of_every_length_equal_mmh3(seed: int) -> None:
+    """Tokens of every length from 1 to 40 bytes, in one buffer: the branch-free pass hashes those
+    under 16 bytes (the tail's words cut to length), the 16-byte blocks of the others are hashed
+    after it; each is mmh3's."""
+    rng = np.random.default_rng(seed)
+    tokens = [bytes(rng.choice(list(b"abcdefghijklmnopqrstuvwxyz0123456789_\x80\xff"), n).tolist()) for n in range(1, 41)]
+    order = rng.permutation(len(tokens))
+    data = b" ".join(tokens[i] for i in order)
+    got = kernels.token_hashes_utf8(np.frombuffer(data, np.uint8), kernels.WORD_BYTES, seed)
+    assert [int(x) for x in got] == [mmh3.hash64(tokens[i], seed, signed=False)[0] for i in order]
+
+
 def test_token_hashes_utf8_worst_case_token_count() -> None:
     data = b"a " * 50 + b"a"  # the most tokens a buffer of this length can hold
     got = kernels.token_hashes_utf8(np.frombuffer(data, np.uint8), kernels.WORD_BYTES, 1)
