@@ -22,13 +22,15 @@ if compiling():
     from .identity import _select_kernel, identity_pairs_runs, identity_sketch_ascii
     from .kernels import (
         fold_utf8,
+        shingle_hashes,
         sketch,
+        sketch_of_shingles,
         token_hashes_split,
         token_hashes_utf8,
         token_runs_utf8,
         word_bitmap,
     )
-    from .passages import winnow
+    from .passages import winnow_shingles
 
 #: status of :func:`fingerprint_folded`: all of it computed; the tokens' fold needs Python; the
 #: identity sketch does (the rest is computed)
@@ -73,8 +75,13 @@ def fingerprint_folded(buf, is_ascii, t_map, t_lengths, t_offsets, t_pool, t_fla
             th = token_hashes_split(folded, word, t_flags, seed)
         else:
             th = token_hashes_utf8(folded, word, seed)
-    n, mins, sim = sketch(th, k, a_lo, a_hi, b)
-    anchors = winnow(th, k, window)[:max_anchors].copy() if window > 0 else no_u64
+    if th.shape[0]:  # (the shingle hashes made once, for the sketch and the anchors)
+        shingles = shingle_hashes(th, k)
+        n, mins, sim = sketch_of_shingles(shingles, a_lo, a_hi, b)
+        anchors = winnow_shingles(shingles, window)[:max_anchors].copy() if window > 0 else no_u64
+    else:
+        n, mins, sim = sketch(th, k, a_lo, a_hi, b)
+        anchors = no_u64
     words = word_bitmap(th, stop, shift) if keep_words and th.shape[0] else no_u8
     status = np.int64(DONE)
     identity = no_u32

@@ -617,7 +617,12 @@ def sketch(token_hashes, k, a_lo, a_hi, b):
     mins = np.full(num_perm, p, dtype=np.uint64)
     if n == 0:
         return 0, mins, np.uint64(0)
-    sh = shingle_hashes(token_hashes, k)
+    return sketch_of_shingles(shingle_hashes(token_hashes, k), a_lo, a_hi, b)
+
+
+@inline
+def sketch_of_shingles(sh, a_lo, a_hi, b):
+    """:func:`sketch` from the shingle hashes ``sh`` (not empty) of its token hashes."""
     m = sh.shape[0]
     fp = simhash64(sh)
     top = np.empty(m, dtype=np.uint64)

@@ -48,7 +48,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .jit import kernel
+from .jit import inline, kernel
 from .kernels import shingle_hashes
 from .list_table import list_sizes
 
@@ -70,10 +70,14 @@ def winnow(token_hashes, k, w):
     """Distinct anchors (sorted uint64, 48-bit values) of a token-hash sequence: the rightmost
     smallest word k-shingle hash of every window of ``w`` shingles, shifted right by 16 bits.
     The shingles are those of :func:`stream_dedup.kernels.sketch`."""
-    n = token_hashes.shape[0]
-    if n == 0 or w <= 0:
+    if token_hashes.shape[0] == 0 or w <= 0:
         return np.zeros(0, dtype=np.uint64)
-    sh = shingle_hashes(token_hashes, k)
+    return winnow_shingles(shingle_hashes(token_hashes, k), w)
+
+
+@inline
+def winnow_shingles(sh, w):
+    """:func:`winnow` from the shingle hashes ``sh`` (not empty) of its token hashes, ``w`` > 0."""
     m = sh.shape[0]
     ww = min(w, m)
     out = np.empty(m, dtype=np.uint64)
