@@ -5,8 +5,8 @@ carries them to another process.
 hold in one call (the per-call cost of a kernel, ~3 us of argument and result boxing, was a fifth
 of a short item's fingerprint) and returns the batch's values as arrays: the MinHash minima as rows
 of one ``uint32[n, num_perm]``, and the anchors, content-word bitmaps and identity sketches each
-concatenated with where each text's end. :class:`FingerprintBatch` keeps them so, with the exact
-hashes, and the whole fingerprint of the texts the call leaves to the chain of kernels
+concatenated with where each text's end, and the exact hashes (:func:`~stream_dedup.hashing.exact_hash`,
+computed in the call). :class:`FingerprintBatch` keeps them so, and the whole fingerprint of the texts the call leaves to the chain of kernels
 (:meth:`Fingerprinter._chained <stream_dedup.fingerprint.Fingerprinter._chained>`: a character
 no fold table holds; an identity text that does not fold to ASCII). :meth:`FingerprintBatch.fingerprints`
 gives one :class:`~stream_dedup.fingerprint.Fingerprint` per text, its arrays views of the batch's:
@@ -26,7 +26,6 @@ import numpy as np
 
 from . import fingerprint_kernel
 from .fingerprint import Fingerprint, Fingerprinter, html_to_text
-from .hashing import exact_hash
 from .jit import trusted
 from .rewrite import NO_WORDS
 
@@ -61,12 +60,12 @@ class FingerprintBatch:
         encoded = [text.encode("utf-8", "surrogatepass") for text in plain]
         starts = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(e) for e in encoded], out=starts[1:])
-        status, counts, sims, mins, ends, th, anchors, words, identity = _fingerprint_many(
+        status, counts, sims, mins, exacts, ends, anchors, words, identity = _fingerprint_many(
             np.frombuffer(b"".join(encoded), dtype=np.uint8), starts,
             np.array([text.isascii() for text in plain], dtype=np.bool_), *fpr.kernel_settings())
-        th_ends, seed = ends[:, 0].tolist(), c.seed
-        batch = cls(minhash=mins, simhash=sims.tolist(), n_shingles=counts.tolist(), ends=ends[:, 1:].tolist(),
-                    exact=[exact_hash(th[a:b], seed) for a, b in zip([0, *th_ends[:-1]], th_ends, strict=True)],
+        raw = exacts.astype("<u8", copy=False).tobytes()  # (h1, h2 little-endian: exact_hash's 16 bytes)
+        batch = cls(minhash=mins, simhash=sims.tolist(), n_shingles=counts.tolist(), ends=ends.tolist(),
+                    exact=[raw[at:at + 16] for at in range(0, 16 * len(plain), 16)],
                     anchors=anchors, words=words.tobytes(), identity=identity)
         for i in np.flatnonzero(status != fingerprint_kernel.DONE).tolist():
             if status[i] == fingerprint_kernel.TOKENS_NOT_FOLDED:

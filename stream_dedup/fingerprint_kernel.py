@@ -21,6 +21,7 @@ from .jit import compiling, inline, kernel
 if compiling():
     from .identity import _select_kernel, identity_pairs_runs, identity_sketch_ascii
     from .kernels import (
+        _murmur3_128_words,
         fold_utf8,
         shingle_hashes,
         sketch,
@@ -105,45 +106,45 @@ def fingerprint_many(buf, starts, ascii_flags, t_map, t_lengths, t_offsets, t_po
                      keep_words, identity_on, id_word, id_seed, id_k):
     """:func:`fingerprint_folded` of each text of a batch in one call: text ``i`` is
     ``buf[starts[i]:starts[i + 1]]`` (UTF-8; ``ascii_flags[i]`` if ASCII). Returns per text its
-    status, distinct shingles, SimHash, and the MinHash minima's low 32 bits as rows of one array
-    (uint32[n, num_perm]); the token hashes, anchors, content-word bitmap bytes and identity sketch
-    of all texts each concatenated, with ``ends`` (int64[n, 4]) saying where each text's end in
-    them. A text with status ``TOKENS_NOT_FOLDED`` has nothing (take the chain of kernels for it)."""
+    status, distinct shingles, SimHash, the MinHash minima's low 32 bits as rows of one array
+    (uint32[n, num_perm]) and the exact hash of its token hashes (uint64[n, 2]: h1, h2 of
+    :func:`stream_dedup.hashing.exact_hash`, made here: ~1.2 us a text less than ``mmh3`` on a
+    slice of them in Python); the anchors, content-word bitmap bytes and identity sketch of all
+    texts each concatenated, with ``ends`` (int64[n, 3]) saying where each text's end in them. A
+    text with status ``TOKENS_NOT_FOLDED`` has nothing (take the chain of kernels for it)."""
     n = starts.shape[0] - 1
     status = np.zeros(n, dtype=np.int64)
     counts = np.zeros(n, dtype=np.int64)
     sims = np.zeros(n, dtype=np.uint64)
     mins32 = np.zeros((n, a_lo.shape[0]), dtype=np.uint32)
-    ends = np.zeros((n, 4), dtype=np.int64)
+    exacts = np.zeros((n, 2), dtype=np.uint64)
+    ends = np.zeros((n, 3), dtype=np.int64)
     # (each list starts with an empty array of its type: numba types a list by its literal)
-    parts_th, parts_anchors = [np.zeros(0, dtype=np.uint64)], [np.zeros(0, dtype=np.uint64)]
-    parts_words, parts_identity = [np.zeros(0, dtype=np.uint8)], [np.zeros(0, dtype=np.uint32)]
-    totals = np.zeros(4, dtype=np.int64)
+    parts_anchors, parts_words = [np.zeros(0, dtype=np.uint64)], [np.zeros(0, dtype=np.uint8)]
+    parts_identity = [np.zeros(0, dtype=np.uint32)]
+    totals = np.zeros(3, dtype=np.int64)
     for i in range(n):
         st, cnt, mins, sim, th, anchors, words, identity = fingerprint_folded(
             buf[starts[i]:starts[i + 1]], ascii_flags[i], t_map, t_lengths, t_offsets, t_pool, t_flags, i_map,
             i_lengths, i_offsets, i_pool, i_flags, word, seed, k, a_lo, a_hi, b, window, max_anchors, stop, shift,
             keep_words, identity_on, id_word, id_seed, id_k)
         status[i], counts[i], sims[i] = st, cnt, sim
+        exacts[i, 0], exacts[i, 1] = _murmur3_128_words(th, seed)
         for j in range(mins.shape[0]):
             mins32[i, j] = np.uint32(mins[j] & np.uint64(0xFFFFFFFF))
-        parts_th.append(th)
         parts_anchors.append(anchors)
         parts_words.append(words)
         parts_identity.append(identity)
-        totals[0] += th.shape[0]
-        totals[1] += anchors.shape[0]
-        totals[2] += words.shape[0]
-        totals[3] += identity.shape[0]
-        ends[i, 0], ends[i, 1], ends[i, 2], ends[i, 3] = totals[0], totals[1], totals[2], totals[3]
-    all_th = np.empty(totals[0], dtype=np.uint64)
-    all_anchors = np.empty(totals[1], dtype=np.uint64)
-    all_words = np.empty(totals[2], dtype=np.uint8)
-    all_identity = np.empty(totals[3], dtype=np.uint32)
+        totals[0] += anchors.shape[0]
+        totals[1] += words.shape[0]
+        totals[2] += identity.shape[0]
+        ends[i, 0], ends[i, 1], ends[i, 2] = totals[0], totals[1], totals[2]
+    all_anchors = np.empty(totals[0], dtype=np.uint64)
+    all_words = np.empty(totals[1], dtype=np.uint8)
+    all_identity = np.empty(totals[2], dtype=np.uint32)
     for i in range(n):
-        a = ends[i - 1] if i > 0 else np.zeros(4, dtype=np.int64)
-        all_th[a[0]:ends[i, 0]] = parts_th[i + 1]
-        all_anchors[a[1]:ends[i, 1]] = parts_anchors[i + 1]
-        all_words[a[2]:ends[i, 2]] = parts_words[i + 1]
-        all_identity[a[3]:ends[i, 3]] = parts_identity[i + 1]
-    return status, counts, sims, mins32, ends, all_th, all_anchors, all_words, all_identity
+        a = ends[i - 1] if i > 0 else np.zeros(3, dtype=np.int64)
+        all_anchors[a[0]:ends[i, 0]] = parts_anchors[i + 1]
+        all_words[a[1]:ends[i, 1]] = parts_words[i + 1]
+        all_identity[a[2]:ends[i, 2]] = parts_identity[i + 1]
+    return status, counts, sims, mins32, exacts, ends, all_anchors, all_words, all_identity

@@ -109,6 +109,43 @@ def _murmur3_64_padded(buf, start, end, seed):
     return h1 + h2
 
 
+@inline
+def _murmur3_128_words(words, seed):
+    """(h1, h2): MurmurHash3_x64_128 of the bytes of uint64 ``words`` in little-endian order (as
+    ``mmh3.hash_bytes(words.astype("<u8").tobytes(), seed, x64arch=True)`` is h1 then h2, each
+    little-endian): each 16-byte block is two words, a tail is one whole word."""
+    n = words.shape[0]
+    h1 = np.uint64(seed)
+    h2 = np.uint64(seed)
+    for i in range(n >> 1):
+        h1 ^= _mix_k1(words[2 * i])
+        h1 = _rotl(h1, 27)
+        h1 += h2
+        h1 = h1 * np.uint64(5) + np.uint64(0x52DCE729)
+        h2 ^= _mix_k2(words[2 * i + 1])
+        h2 = _rotl(h2, 31)
+        h2 += h1
+        h2 = h2 * np.uint64(5) + np.uint64(0x38495AB5)
+    if n & 1:
+        h1 ^= _mix_k1(words[n - 1])
+    length = np.uint64(8 * n)
+    h1 ^= length
+    h2 ^= length
+    h1 += h2
+    h2 += h1
+    h1 = _fmix(h1)
+    h2 = _fmix(h2)
+    h1 += h2
+    h2 += h1
+    return h1, h2
+
+
+@kernel
+def exact_hash128(words, seed):
+    """:func:`stream_dedup.hashing.exact_hash` of ``words`` as (h1, h2) (the one-call fingerprint's, tested against it)."""
+    return _murmur3_128_words(words, seed)
+
+
 @kernel
 def murmur3_64(buf, start, end, seed):
     """First 64 bits of MurmurHash3_x64_128(buf[start:end], seed) (as ``mmh3.hash64(...)[0]``)."""

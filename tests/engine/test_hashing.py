@@ -110,6 +110,8 @@ def test_shingle_hashes_are_order_sensitive() -> None:
 def test_exact_hash_is_mmh3_of_little_endian_u64(th: list[int], seed: int) -> None:
     data = b"".join(x.to_bytes(8, "little") for x in th)
     assert hashing.exact_hash(np.array(th, dtype=np.uint64), seed) == mmh3.hash_bytes(data, seed, x64arch=True)
+    h1, h2 = kernels.exact_hash128(np.array(th, dtype=np.uint64), seed)  # (the one-call fingerprint's)
+    assert int(h1).to_bytes(8, "little") + int(h2).to_bytes(8, "little") == mmh3.hash_bytes(data, seed, x64arch=True)
 
 
 @settings(max_examples=200, deadline=None)
