@@ -2,7 +2,7 @@
 
     python bench/throughput.py [--data ../shared/data] [--limit N] [--repeat 3]
                                [--streams dev,short,accented] [--tools stream-dedup,datasketch,rensa,gaoya]
-                               [--short-words 40] [--json FILE]
+                               [--short-words 40] [--rounds N] [--json FILE]
                                [--baseline DIR]
     python bench/throughput.py --in-process [--data ../shared/data] [--limit N] [--repeat 3]
 
@@ -33,6 +33,12 @@ precision / recall of the duplicate decisions against news_stream.truth.jsonl (`
 bench/quality.py). Then the targets: >= 10x datasketch on each stream, >= 1x rensa.
 
 A peer that is not installed, or fails, keeps its rows, saying so.
+
+**--rounds N**: each stream made N times as long, as ``bench/scale.py`` builds its stream: round
+``r`` is the stream with ``r`` and three digits after every word and id, so no round matches
+another and every round has the stream's own duplicates (the dev stream's 7,431 records take
+~0.13 s of start-up of ours against 0.5-1 s of work: 10 rounds show the rate a longer feed sees,
+with an index ten times larger). Precision / recall are only scored on one round (the truth's ids).
 
 **--baseline DIR**: a checkout of another commit of stream-dedup (``git worktree add DIR REV``) runs
 as one more tool, ``stream-dedup@REV`` (``python -m stream_dedup.cli dedup`` with ``PYTHONPATH=DIR``),
@@ -217,8 +223,18 @@ def _rev(tree: Path) -> str:
         return tree.name
 
 
+def in_rounds(records: list[bytes], rounds: int) -> list[bytes]:
+    """``records`` ``rounds`` times over, round ``r`` suffixed by ``r`` (``bench/scale.py``'s rounds)."""
+    if rounds <= 1:
+        return records
+    from scale import suffixed, template
+
+    templates = [template(record) for record in records]
+    return [suffixed(tmpl, r) for r in range(rounds) for tmpl in templates]
+
+
 def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: list[str],
-               short_words: int, baseline: Path | None = None) -> dict:
+               short_words: int, baseline: Path | None = None, rounds: int = 1) -> dict:
     """Runs every tool on every stream ``repeat`` times; the best run of each, scored."""
     sys.path.insert(0, str(ROOT / "bench"))
     from bytecode import compile_tree
@@ -239,7 +255,7 @@ def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: l
         tmp = Path(tmp_name)
         sources = {}
         for stream in streams:
-            records = stream_records(stream, lines, short_words)
+            records = in_rounds(stream_records(stream, lines, short_words), rounds)
             sources[stream] = (tmp / f"{stream}.jsonl", tmp / f"{stream}-first.jsonl", len(records))
             sources[stream][0].write_bytes(b"\n".join(records) + b"\n")
             sources[stream][1].write_bytes(records[0] + b"\n")
@@ -283,7 +299,7 @@ def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: l
             row["records_per_second"] = row["records"] / row["seconds"]
             row["after_start_per_second"] = ((row["records"] - 1) / (row["seconds"] - row["start_seconds"])
                                              if row["seconds"] > row["start_seconds"] else None)
-            if stream == "dev":
+            if stream == "dev" and rounds == 1:
                 s = score(None, truth, decisions)
                 row["precision"], row["recall"] = s["precision"], s["recall"]
     for (stream, _tool), row in rows.items():
@@ -291,7 +307,8 @@ def peer_table(data: Path, limit: int, repeat: int, streams: list[str], tools: l
             other = rows.get((stream, peer))
             if row["status"] == "ok" and other and other["status"] == "ok":
                 row[f"vs_{peer}"] = row["records_per_second"] / other["records_per_second"]
-    result = {"cpu": cpu, "repeat": repeat, "records": len(lines), "rows": list(rows.values())}
+    result = {"cpu": cpu, "repeat": repeat, "records": len(lines) * max(rounds, 1), "rounds": max(rounds, 1),
+              "rows": list(rows.values())}
     if baseline is not None:
         result["baseline"] = tools[-1]
     return result
@@ -479,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", default=",".join(STREAMS), help="of: " + ", ".join(STREAMS))
     ap.add_argument("--tools", default=",".join(TOOLS), help="of: " + ", ".join(TOOLS))
     ap.add_argument("--short-words", type=int, default=40, help="words of the first paragraph in a short item")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="each stream this many times over, every round's words and ids suffixed (bench/scale.py)")
     ap.add_argument("--json", type=Path, help="also write the peer table's figures to this file")
     ap.add_argument("--baseline", type=Path, metavar="DIR",
                     help="a checkout of another commit, run as one more tool (stream-dedup@REV) for a before/after")
@@ -506,13 +525,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline is not None and not (args.baseline / "stream_dedup" / "cli.py").exists() \
             and not (args.baseline / "stream_dedup" / "cli").is_dir():
         ap.error(f"--baseline {args.baseline}: not a stream-dedup checkout")
-    result = peer_table(args.data, args.limit, args.repeat, streams, tools, args.short_words, args.baseline)
+    if not 1 <= args.rounds <= 1000:
+        ap.error(f"--rounds {args.rounds}: from 1 to 1000")
+    result = peer_table(args.data, args.limit, args.repeat, streams, tools, args.short_words, args.baseline,
+                        args.rounds)
     load1 = os.getloadavg()
     result["started_utc"] = started.strftime("%Y-%m-%d %H:%M")
     result["seconds"] = round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(), 1)
     result["commit"] = _commit()
     print(f"{result['started_utc']} UTC, code {result['commit']}, {result['seconds']:.0f} s, {os.cpu_count()} CPUs, load average "
-          f"{load0[0]:.2f} at the start, {load1[0]:.2f} at the end; {result['records']:,} records per stream")
+          f"{load0[0]:.2f} at the start, {load1[0]:.2f} at the end; {result['records']:,} records per stream"
+          + (f" ({result['rounds']} rounds)" if result["rounds"] > 1 else ""))
     print_peer_table(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -113,3 +113,29 @@ def test_a_baseline_checkout_runs_in_the_same_rounds(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), "--data", str(tmp_path),
                           "--baseline", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not a stream-dedup checkout" in bad.stderr
+
+
+def test_rounds_make_each_stream_longer_with_each_rounds_own_duplicates(tmp_path: Path) -> None:
+    """``--rounds 3``: every stream three times over (bench/scale.py's suffixed rounds): three times
+    the records, ids distinct (the decisions are read by id), and about three times the one-round
+    run's duplicates (a round matches only itself; its suffixed words hash otherwise, so a
+    borderline pair can fall on the other side of a threshold in one round)."""
+    (tmp_path / "news_stream.jsonl").write_bytes(b"".join(SAMPLE.read_bytes().splitlines(keepends=True)[:RECORDS]))
+    (tmp_path / "news_stream.truth.jsonl").write_bytes(b"".join(TRUTH.read_bytes().splitlines(keepends=True)[:RECORDS]))
+    found = {}
+    for rounds in (1, 3):
+        out = tmp_path / f"result-{rounds}.json"
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), "--data", str(tmp_path),
+                               "--repeat", "1", "--tools", "stream-dedup", "--streams", "dev,short",
+                               "--rounds", str(rounds), "--json", str(out)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        found[rounds] = {r["stream"]: r for r in json.loads(out.read_text())["rows"]}
+    assert "(3 rounds)" in proc.stdout
+    for stream in ("dev", "short"):
+        one, three = found[1][stream], found[3][stream]
+        assert three["records"] == three["decisions"] == 3 * RECORDS
+        assert one["duplicates"] > 0 and abs(three["duplicates"] - 3 * one["duplicates"]) <= max(2, one["duplicates"] // 5)
+    assert "precision" in found[1]["dev"] and "precision" not in found[3]["dev"]  # (the truth's ids: one round)
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), "--data", str(tmp_path),
+                          "--rounds", "0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--rounds 0: from 1 to 1000" in bad.stderr
