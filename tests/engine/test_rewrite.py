@@ -23,6 +23,21 @@ def test_word_bitmap_equals_reference(hashes: list[int], stop: list[int]) -> Non
     assert len(got) == (rewrite.WORD_BITS // 8 if hashes else 0)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 40), st.integers(0, 1023), st.lists(st.integers(0, 2**54 - 1), min_size=1, max_size=60))
+def test_word_bitmap_along_long_probe_runs(crowd: int, home: int, more: list[int]) -> None:
+    """Stop words that share a home slot (runs longer than the four slots compared at once, at the
+    table's end and wrapping around it) and tokens 0, in the run, just past it and elsewhere: the
+    kernel's bitmap is the reference's."""
+    stop = [(k << 55) | home for k in range(1, crowd + 1)]  # (all in slot `home` of the 1,024; bit k each)
+    table = rewrite.stop_table(np.array(stop, dtype=np.uint64))
+    assert table.shape[0] == 1024
+    near = [(k << 55) | home for k in range(crowd + 1, crowd + 5)]  # (not stop words: probed along the run)
+    tokens = stop + [0, 0] + near + [(m << 10) | home for m in more]
+    th = np.array(tokens, dtype=np.uint64)
+    assert rewrite.word_bitmap(th, table) == rewrite.word_bitmap_reference(th, table)
+
+
 def test_stop_words_are_left_out() -> None:
     a = FP.fingerprint_text("the harbour of the town and a ferry to the island")
     b = FP.fingerprint_text("harbour town ferry island")
