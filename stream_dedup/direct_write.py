@@ -6,7 +6,8 @@ as many free pages, and when the cache is full of other files (the index's SST f
 kernel frees them as it goes: 0.24-2.7 s for 1.15 GB here, from run to run. A direct write sends
 the bytes from one page-aligned buffer to the disk: 0.35-0.6 s whatever the cache holds, and the
 index's cached pages stay. :func:`write_layout` writes a header and arrays at given offsets so,
-and falls back to a buffered write where the filesystem refuses ``O_DIRECT``.
+and writes buffered where the filesystem refuses ``O_DIRECT`` and for a file under
+:data:`DIRECT_MIN_BYTES` (a small index's: not throttled, and synced faster from the cache).
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DIRECT_CHUNK", "write_layout"]
+__all__ = ["DIRECT_CHUNK", "DIRECT_MIN_BYTES", "write_layout"]
 
 
 #: bytes copied at a time into the page-aligned buffer that a direct write sends to the disk
 DIRECT_CHUNK = 8 << 20
+#: a smaller file goes through the page cache: it is not throttled, and the sync after it is short
+#: (a 7,431-article index's 9.5 MB of lists: written and synced in 9 ms, 13-17 ms directly)
+DIRECT_MIN_BYTES = 64 << 20
 _DIRECT_ALIGN = 4096  # (what O_DIRECT asks of a write's address, length and file offset, at most)
 
 
@@ -36,9 +40,10 @@ def write_layout(path: Path, header: bytes, arrays: list[tuple[int, np.ndarray]]
 
     Written past the page cache where the filesystem allows it (``O_DIRECT``, through a page-aligned
     buffer of :data:`DIRECT_CHUNK` bytes; see the module doc), else (a filesystem that refuses
-    ``O_DIRECT``, e.g. tmpfs, or ``direct`` false) a plain buffered write of the same bytes.
+    ``O_DIRECT``, e.g. tmpfs, a file under :data:`DIRECT_MIN_BYTES`, or ``direct`` false) a plain
+    buffered write of the same bytes.
     """
-    if direct and hasattr(os, "O_DIRECT"):
+    if direct and total >= DIRECT_MIN_BYTES and hasattr(os, "O_DIRECT"):
         try:
             _write_direct(path, header, arrays, total)
             return

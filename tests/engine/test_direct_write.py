@@ -33,6 +33,25 @@ def _expected(header: bytes, arrays: list[tuple[int, np.ndarray]], total: int) -
     return bytes(out)
 
 
+def test_a_small_file_is_written_through_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under DIRECT_MIN_BYTES the write is buffered (no O_DIRECT open); at it, direct."""
+    header, arrays, total = _layout(2)
+    flags: list[int] = []
+    real_open = os.open
+
+    def spying(path, mode, *args):
+        flags.append(mode)
+        return real_open(path, mode, *args)
+
+    monkeypatch.setattr(os, "open", spying)
+    direct_write.write_layout(tmp_path / "small", header, arrays, total)
+    assert not any(f & os.O_DIRECT for f in flags)
+    monkeypatch.setattr(direct_write, "DIRECT_MIN_BYTES", total)
+    direct_write.write_layout(tmp_path / "large", header, arrays, total)
+    assert any(f & os.O_DIRECT for f in flags)
+    assert (tmp_path / "small").read_bytes() == (tmp_path / "large").read_bytes() == _expected(header, arrays, total)
+
+
 @pytest.mark.parametrize("chunk", [4096, 8192, 1 << 20])
 def test_a_direct_write_is_the_buffered_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     """Through buffers smaller and larger than the arrays (writes that split arrays and gaps at
@@ -52,6 +71,7 @@ def test_a_direct_write_is_the_buffered_write(tmp_path: Path, monkeypatch: pytes
 def test_a_filesystem_that_refuses_direct_writes_gets_the_buffered_write(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     header, arrays, total = _layout(5)
+    monkeypatch.setattr(direct_write, "DIRECT_MIN_BYTES", 0)  # (a file this small is written buffered anyway)
     real_open = os.open
 
     def refusing(path, flags, *args):
@@ -68,6 +88,7 @@ def test_another_write_error_is_raised(tmp_path: Path, monkeypatch: pytest.Monke
     """A full disk is not a refusal of O_DIRECT: it is raised (the snapshot's caller logs it), not
     hidden behind a second, buffered attempt."""
     header, arrays, total = _layout(1)
+    monkeypatch.setattr(direct_write, "DIRECT_MIN_BYTES", 0)
 
     def full(fd, data):
         raise OSError(errno.ENOSPC, "No space left on device")

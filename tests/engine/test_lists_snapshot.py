@@ -305,11 +305,16 @@ def test_the_snapshot_of_an_older_layout_is_deleted_not_read(tmp_path: Path, tex
     assert (tmp_path / lists_snapshot.SNAPSHOT_FILE).exists()
 
 
-def test_a_snapshot_keeps_every_array_exactly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_snapshot_keeps_every_array_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct: bool) -> None:
     """Arrays of every size (empty, one byte short of the alignment, large), dtype and dimension
-    come back bit for bit, each in its own writable buffer."""
+    come back bit for bit, each in its own writable buffer, from a file written past the page cache
+    (``direct``: as a large index's is) or through it."""
     import json
     from types import SimpleNamespace
+
+    from stream_dedup import direct_write
+    monkeypatch.setattr(direct_write, "DIRECT_MIN_BYTES", 0 if direct else 1 << 62)
     rng = np.random.default_rng(7)
     arrays = {"a": rng.integers(0, 2**63, 1000, dtype=np.uint64), "b": np.zeros(0, dtype=np.int32),
               "c": rng.integers(0, 255, 63, dtype=np.uint8), "d": rng.integers(-5, 5, (7, 3), dtype=np.int64)}
