@@ -1,11 +1,12 @@
 """A file written in one pass past the page cache (``O_DIRECT``), for the lists' snapshot.
 
 The snapshot of the index's in-memory lists (:mod:`stream_dedup.lists_snapshot`) is ~1.2 GB per
-million articles, written while the decisions wait. Through the page cache that write first needs
-as many free pages, and when the cache is full of other files (the index's SST files, the input) the
-kernel frees them as it goes: 0.24-2.7 s for 1.15 GB here, from run to run. A direct write sends
-the bytes from one page-aligned buffer to the disk: 0.35-0.6 s whatever the cache holds, and the
-index's cached pages stay. :func:`write_layout` writes a header and arrays at given offsets so,
+million articles, written while the decisions wait. Through the page cache it makes as many dirty
+pages, and the kernel holds a writer of that many to the disk's pace when others write too (RocksDB's
+compactions in a worker): 1.2-2.8 s for 1.15 GB with a 3 GB ``dd`` under way, 0.24-2.7 s without,
+from run to run. A direct write sends the bytes from one page-aligned buffer to the disk and makes
+no dirty page: 0.46-0.6 s and 0.35-0.63 s in the same runs (a scratch A/B on the 1M scale run's
+lists, alternating), and the index's cached pages are not pushed out. :func:`write_layout` writes a header and arrays at given offsets so,
 and writes buffered where the filesystem refuses ``O_DIRECT`` and for a file under
 :data:`DIRECT_MIN_BYTES` (a small index's: not throttled, and synced faster from the cache).
 """
