@@ -282,9 +282,8 @@ class ServiceConfig:
         "buckets, passage lists, "
         "SimHash tables), so that a restart after a crash loads the latest and files again only what changed "
         "since instead of building them from the whole index (at 1M articles: 0.5-0.9 s against 7.2 s); writing "
-        "one pauses the decisions ~0.5 s per million articles (written past the page cache, synced in a thread), and the "
-        "file takes "
-        "1.2-1.5 GB per million articles beside the index (empty or 0 = only at a clean stop).",
+        "one pauses the decisions ~0.5 s per million articles (written past the page cache, synced in a thread), "
+        "and the file takes 1.2-1.5 GB per million articles beside the index (empty or 0 = only at a clean stop).",
         parse=parse_duration)
     standby_follow: bool = _opt(
         True, "Worker: a decision stage that owns nothing (a standby) keeps its index current by applying the "

@@ -5,8 +5,9 @@ carries them to another process.
 hold in one call (the per-call cost of a kernel, ~3 us of argument and result boxing, was a fifth
 of a short item's fingerprint) and returns the batch's values as arrays: the MinHash minima as rows
 of one ``uint32[n, num_perm]``, and the anchors, content-word bitmaps and identity sketches each
-concatenated with where each text's end, and the exact hashes (:func:`~stream_dedup.hashing.exact_hash`,
-computed in the call). :class:`FingerprintBatch` keeps them so, and the whole fingerprint of the texts the call leaves to the chain of kernels
+concatenated with where each text's end, and the exact hashes
+(:func:`~stream_dedup.hashing.exact_hash`, computed in the call). :class:`FingerprintBatch` keeps
+them so, and the whole fingerprint of the texts the call leaves to the chain of kernels
 (:meth:`Fingerprinter._chained <stream_dedup.fingerprint.Fingerprinter._chained>`: a character
 no fold table holds; an identity text that does not fold to ASCII). :meth:`FingerprintBatch.fingerprints`
 gives one :class:`~stream_dedup.fingerprint.Fingerprint` per text, its arrays views of the batch's:

@@ -270,6 +270,31 @@ def identity_sketch_ascii(buf, word, seed, k):
     return _select_kernel(identity_pairs_ascii(buf, word, seed), k)
 
 
+@inline
+def _joins_numbers(c):
+    """Whether byte ``c`` joins two digit runs into one number: ``. , : /``."""
+    return c == 46 or c == 44 or c == 58 or c == 47
+
+
+@inline
+def _is_name(buf, s):
+    """Whether the word starting at ``buf[s]`` is a name: a capital after a space that follows a
+    lower-case ASCII letter, a digit, ``,``, ``;`` or ``:`` (inside a sentence)."""
+    if not (65 <= buf[s] <= 90 and s >= 2 and buf[s - 1] == 32):
+        return False
+    p = buf[s - 2]
+    return (97 <= p <= 122) or (48 <= p <= 57) or p == 44 or p == 59 or p == 58
+
+
+@inline
+def _packed_pair(h, prev1, prev2, number):
+    """The 32-bit pair of an identity token hashed ``h`` after items hashed ``prev1`` (the one
+    before) and ``prev2`` (0: none): 16 bits of the context, the number bit, 15 bits of the token."""
+    ctx = _fmix(prev2 * np.uint64(0x9E3779B97F4A7C15) + prev1)
+    kind = np.uint64(0x8000) if number else np.uint64(0)
+    return np.uint32(((ctx >> np.uint64(48)) << np.uint64(16)) | kind | (h & np.uint64(0x7FFF)))
+
+
 @kernel
 def identity_pairs_ascii(buf, word, seed):
     """:func:`identity_pairs_reference` as a byte scan of ASCII-compatible UTF-8 (``word``:
@@ -282,7 +307,6 @@ def identity_pairs_ascii(buf, word, seed):
     out = np.empty(n // 2 + 1, dtype=np.uint32)
     m = 0
     s1 = e1 = s2 = e2 = -1  # the two items before (start, end; -1 = none): hashed only when needed
-    golden = np.uint64(0x9E3779B97F4A7C15)
     i = 0
     while i < n:
         if not word[buf[i]]:
@@ -290,30 +314,32 @@ def identity_pairs_ascii(buf, word, seed):
             continue
         s = i
         i, digits = _word_run(buf, word, i)
-        ident = digits
         if digits:  # join digit runs across one . , : / (the next run all digits)
-            while i + 1 < n and (buf[i] == 46 or buf[i] == 44 or buf[i] == 58 or buf[i] == 47) \
-                    and 48 <= buf[i + 1] <= 57:
+            while i + 1 < n and _joins_numbers(buf[i]) and 48 <= buf[i + 1] <= 57:
                 j = i + 1
                 while j < n and 48 <= buf[j] <= 57:
                     j += 1
                 if j < n and word[buf[j]]:
                     break
                 i = j
-        elif 65 <= buf[s] <= 90 and s >= 2 and buf[s - 1] == 32:
-            p = buf[s - 2]
-            ident = (97 <= p <= 122) or (48 <= p <= 57) or p == 44 or p == 59 or p == 58
-        if ident:
+        if digits or _is_name(buf, s):
             h = _murmur3_64_padded(low, s, i, seed)
             prev1 = _murmur3_64_padded(low, s1, e1, seed) if s1 >= 0 else np.uint64(0)
             prev2 = _murmur3_64_padded(low, s2, e2, seed) if s2 >= 0 else np.uint64(0)
-            ctx = _fmix(prev2 * golden + prev1)
-            kind = np.uint64(0x8000) if digits else np.uint64(0)
-            out[m] = np.uint32(((ctx >> np.uint64(48)) << np.uint64(16)) | kind | (h & np.uint64(0x7FFF)))
+            out[m] = _packed_pair(h, prev1, prev2, digits)
             m += 1
         s2, e2 = s1, e1
         s1, e1 = s, i
     return out[:m]
+
+
+@inline
+def _all_digits(buf, start, end):
+    """Whether ``buf[start:end]`` is all ASCII digits."""
+    for j in range(start, end):
+        if not (48 <= buf[j] <= 57):
+            return False
+    return True
 
 
 @inline
@@ -334,33 +360,18 @@ def identity_pairs_runs(buf, low, starts, ends, seed):
     s1 = e1 = s2 = e2 = -1  # the two items before (start, end; -1 = none)
     h1 = h2 = np.uint64(0)
     known1 = known2 = False  # whether h1 / h2 hold their item's hash
-    golden = np.uint64(0x9E3779B97F4A7C15)
     r = 0
     while r < runs:
         s = starts[r]
         i = ends[r]
         r += 1
-        digits = True
-        for j in range(s, i):
-            if not (48 <= buf[j] <= 57):
-                digits = False
-                break
-        ident = digits
+        digits = _all_digits(buf, s, i)
         if digits:  # join the next runs across one . , : / while they are all digits
-            while r < runs and starts[r] == i + 1 and (buf[i] == 46 or buf[i] == 44 or buf[i] == 58 or buf[i] == 47) \
-                    and 48 <= buf[i + 1] <= 57:
-                all_digits = True
-                for j in range(starts[r], ends[r]):
-                    if not (48 <= buf[j] <= 57):
-                        all_digits = False
-                        break
-                if not all_digits:
-                    break
+            while r < runs and starts[r] == i + 1 and _joins_numbers(buf[i]) and 48 <= buf[i + 1] <= 57 \
+                    and _all_digits(buf, starts[r], ends[r]):
                 i = ends[r]
                 r += 1
-        elif 65 <= buf[s] <= 90 and s >= 2 and buf[s - 1] == 32:
-            p = buf[s - 2]
-            ident = (97 <= p <= 122) or (48 <= p <= 57) or p == 44 or p == 59 or p == 58
+        ident = digits or _is_name(buf, s)
         h = np.uint64(0)
         if ident:
             h = _murmur3_64_padded(low, s, i, seed)
@@ -368,11 +379,7 @@ def identity_pairs_runs(buf, low, starts, ends, seed):
                 h1 = _murmur3_64_padded(low, s1, e1, seed)
             if s2 >= 0 and not known2:
                 h2 = _murmur3_64_padded(low, s2, e2, seed)
-            prev1 = h1 if s1 >= 0 else np.uint64(0)
-            prev2 = h2 if s2 >= 0 else np.uint64(0)
-            ctx = _fmix(prev2 * golden + prev1)
-            kind = np.uint64(0x8000) if digits else np.uint64(0)
-            out[m] = np.uint32(((ctx >> np.uint64(48)) << np.uint64(16)) | kind | (h & np.uint64(0x7FFF)))
+            out[m] = _packed_pair(h, h1 if s1 >= 0 else np.uint64(0), h2 if s2 >= 0 else np.uint64(0), digits)
             m += 1
             known1 = known2 = True  # (both hashed now, where they exist)
         s2, e2, h2, known2 = s1, e1, h1, known1

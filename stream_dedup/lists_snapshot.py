@@ -29,8 +29,8 @@ JSON header naming them (dtype, shape, offset), the token and the index's finger
 
 A load reads each array straight into its own new buffer (``readinto``) and a save writes each
 from its buffer, past the page cache where the filesystem allows it
-(:func:`~stream_dedup.direct_write.write_layout`): no compression, no checksum pass. The zip of ``np.savez`` that the layout
-before it used (``memory-lists-2.npz``) computed a CRC of every byte both ways and copied each
+(:func:`~stream_dedup.direct_write.write_layout`): no compression, no checksum pass. The zip of
+``np.savez`` that the layout before it used (``memory-lists-2.npz``) computed a CRC of every byte both ways and copied each
 array once more: 1.1-1.8 s to save and 0.3-1.1 s to load the 377 MB of lists of a 300,000-article
 index (README, Scale). What guards the file instead is what guarded it before, the token: it is
 written to RocksDB only after the file is complete and synced, and a file of another size than its
@@ -276,7 +276,7 @@ def _write(directory: Path, lists: Lists, token: bytes, shape: list[int]) -> tup
     text = json.dumps({"token": token.hex(), "index": shape, "arrays": entries, "size": size}).encode()
     base = _aligned(len(MAGIC) + 8 + len(text))
     write_layout(tmp, MAGIC + len(text).to_bytes(8, "little") + text,
-                  [(base + entry[3], array) for (_, array), entry in zip(arrays, entries, strict=True)], base + size)
+                 [(base + entry[3], array) for (_, array), entry in zip(arrays, entries, strict=True)], base + size)
     return tmp, path
 
 
