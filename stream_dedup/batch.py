@@ -33,6 +33,7 @@ import numpy as np
 from rocksdict import WriteBatch
 
 from .band_table import BandTable
+from .batch_decisions import Builder, decide_all
 from .fingerprint import Fingerprint
 from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
@@ -74,17 +75,39 @@ def run_batch(engine: Deduplicator, ids: list[str], fingerprints: Callable[[list
         for i, fp in zip(unknown, fingerprints(unknown), strict=True):
             prepared[i] = Prepared.of(fp, engine.config.num_perm)
     todo = [p for p in prepared if p is not None]
+    builder = None
     if len(todo) > 1:
         view.prefetch([b"X" + p.fp.exact for p in todo])
-        Prepared.all_keys([p for p in todo if p.fp.n_shingles > 0], engine.index.buckets, engine.tables)
+        builder = _builder(view, prepared, engine)
     try:
-        decisions = [engine._decide(view, article_id, prepared[i], nows[i], checkpoints[i] if checkpoints else None,
-                                    receipts[i] if receipts else None) for i, article_id in enumerate(ids)]
+        if builder is None:
+            decisions = [engine._decide(view, article_id, prepared[i], nows[i], checkpoints[i] if checkpoints else None,
+                                        receipts[i] if receipts else None) for i, article_id in enumerate(ids)]
+        else:
+            decisions = decide_all(engine, view, ids, prepared, builder, nows, checkpoints, receipts)
         view.commit()
     except BaseException:  # (an interrupt too: the lists must not keep articles RocksDB never got)
         view.rollback()
         raise
     return decisions
+
+
+def _builder(view: BatchView, prepared: list[Prepared | None], engine: Deduplicator) -> Builder | None:
+    """The compiled decisions' arrays (:mod:`stream_dedup.batch_decisions`) for the batch's articles
+    with shingles (their keys made here for all, :meth:`Prepared.all_keys`); the kernel takes those
+    that are neither exact duplicates of an indexed article nor of one before them in the batch."""
+    positions = [i for i, p in enumerate(prepared) if p is not None and p.fp.n_shingles > 0]
+    if len(positions) < 2:
+        return None
+    chosen: list[Prepared] = [prepared[i] for i in positions]  # type: ignore[misc]
+    keys, permuted = Prepared.all_keys(chosen, engine.index.buckets, engine.tables)
+    seen: set[bytes] = set()
+    fast = []
+    for p in chosen:
+        exact = p.fp.exact
+        fast.append(Builder.takes(p) and exact not in seen and view.exact_match(exact) is None)
+        seen.add(exact)
+    return Builder(len(prepared), positions, chosen, fast, keys, permuted, engine.config.num_perm)
 
 
 @dataclass(slots=True)
@@ -105,11 +128,10 @@ class Prepared:
         return cls(fp, stored_signature(fp.minhash))
 
     @staticmethod
-    def all_keys(todo: list[Prepared], buckets: BandTable, tables: PermutedTables) -> None:
-        """:meth:`keys` of each of ``todo`` (articles with shingles) in two kernel calls for all of
-        them (rows of the batch's arrays; per article, the two calls and their conversions cost ~7 us)."""
-        if len(todo) < 2:
-            return
+    def all_keys(todo: list[Prepared], buckets: BandTable, tables: PermutedTables) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`keys` of each of ``todo`` (articles with shingles, at least two) in two kernel calls
+        for all of them (rows of the batch's arrays, returned; per article, the two calls and their
+        conversions cost ~7 us)."""
         keys = buckets.keys(np.stack([p.sig for p in todo]))
         permuted = tables.permute_many(np.array([p.fp.simhash for p in todo], dtype=np.uint64))
         for p, k, q in zip(todo, keys, permuted, strict=True):
@@ -122,6 +144,7 @@ class Prepared:
         for p, n in zip(todo, sizes, strict=True):
             p.anchor_bytes = joined[at:at + ANCHOR_BYTES * n]
             at += ANCHOR_BYTES * n
+        return keys, permuted
 
     def keys(self, buckets: BandTable, tables: PermutedTables) -> tuple[np.ndarray, np.ndarray]:
         """(LSH bucket keys, SimHash permuted for each table); none for an empty text."""
@@ -236,7 +259,30 @@ class BatchView:
         """Index an article in the batch (the arguments of :meth:`Index.article_writes`): it gets the
         next seq and is filed in the lists at once (the next article's lookup finds it); its writes
         wait for :meth:`commit` (:meth:`Index.insert` is a batch of one)."""
-        index, filed = self.index, self.filed
+        seq = self.write_article(article_id=article_id, first_seen=first_seen, simhash=simhash, n_shingles=n_shingles,
+                                 exact=exact, minhash=minhash, root_id=root_id, decision=decision,
+                                 index_sketches=index_sketches, checkpoint=checkpoint, receipt=receipt,
+                                 identity=identity, anchors=anchors, words=words, postings=postings)
+        joins = postings[0]
+        if not index_sketches:
+            bucket_keys = permuted = NO_KEYS
+        else:  # (the filing kernel reads them unchecked: the engine's are uint64 already)
+            permuted, bucket_keys = _uint64_keys(permuted), _uint64_keys(bucket_keys)
+        if self.note_filed(bucket_keys, permuted, joins, seq, reserve=True):
+            # the three filed in one call (file_article: ~1.7 us less than a call each)
+            buckets, simhash, lists = self.buckets, self.simhash, self.lists
+            _file_article(*buckets._args, bucket_keys, simhash.fps, simhash.tags, simhash.seqs, simhash.meta, permuted,
+                          simhash.masks, *lists._args, joins, seq, buckets.cap, lists.cap)
+        return seq
+
+    def write_article(self, *, article_id: str, first_seen: float, simhash: int, n_shingles: int, exact: bytes,
+                      minhash: np.ndarray, root_id: str, decision: dict | list | bytes, index_sketches: bool,
+                      checkpoint: tuple[str, int] | None, receipt: bytes | None = None,
+                      identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
+                      postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b"")) -> int:
+        """:meth:`insert` but the filing in the lists (done by the caller: :meth:`note_filed`): the
+        article's seq, its writes kept for :meth:`commit`, its record in the record store."""
+        index = self.index
         seq = index.check_seq(self.next_seq)
         self.next_seq, self.count = seq + 1, self.count + 1
         points, time_key = index.article_writes(seq, article_id=article_id, first_seen=first_seen, simhash=simhash,
@@ -253,31 +299,33 @@ class BatchView:
             known[key] = value
         put(time_key, b"", self.time_family)
         self.writes += len(points) + 1
-        joins = postings[0]
-        if not index_sketches:
-            bucket_keys = permuted = NO_KEYS
-        else:  # (the filing kernel reads them unchecked: the engine's are uint64 already)
-            permuted, bucket_keys = _uint64_keys(permuted), _uint64_keys(bucket_keys)
-        if permuted.shape[0] or bucket_keys.shape[0] or joins.shape[0]:
-            index.lists_behind = True  # the lists are ahead of RocksDB until the commit (no snapshot)
-            # each list noted first (a rollback of an entry never filed is a no-op) and made room in,
-            # then the three filed in one call (file_article: ~1.7 us less than a call each)
-            buckets, simhash, lists = self.buckets, self.simhash, self.lists
-            if permuted.shape[0]:
-                filed.append((simhash, permuted, seq))
-                simhash.reserve(permuted.shape[0])
-            if bucket_keys.shape[0]:
-                filed.append((buckets, bucket_keys, seq))
-                self.bucket_entries += bucket_keys.shape[0]
-                buckets.reserve(bucket_keys.shape[0])
-            if joins.shape[0]:
-                filed.append((lists, joins, seq))
-                lists.reserve(joins.shape[0])
-            _file_article(*buckets._args, bucket_keys, simhash.fps, simhash.tags, simhash.seqs, simhash.meta, permuted,
-                          simhash.masks, *lists._args, joins, seq, buckets.cap, lists.cap)
         if checkpoint is not None or receipt is not None:
             self.mark(checkpoint, receipt, False)
         return seq
+
+    def note_filed(self, bucket_keys: np.ndarray, permuted: np.ndarray, joins: np.ndarray, seq: int,
+                   reserve: bool = False) -> bool:
+        """Note that article ``seq`` is (about to be) filed under these keys of each list, for
+        :meth:`rollback` (and, with ``reserve``, make room for it in each first); False if under none."""
+        if not (permuted.shape[0] or bucket_keys.shape[0] or joins.shape[0]):
+            return False
+        self.index.lists_behind = True  # the lists are ahead of RocksDB until the commit (no snapshot)
+        # each list noted first (a rollback of an entry never filed is a no-op)
+        filed = self.filed
+        if permuted.shape[0]:
+            filed.append((self.simhash, permuted, seq))
+            if reserve:
+                self.simhash.reserve(permuted.shape[0])
+        if bucket_keys.shape[0]:
+            filed.append((self.buckets, bucket_keys, seq))
+            self.bucket_entries += bucket_keys.shape[0]
+            if reserve:
+                self.buckets.reserve(bucket_keys.shape[0])
+        if joins.shape[0]:
+            filed.append((self.lists, joins, seq))
+            if reserve:
+                self.lists.reserve(joins.shape[0])
+        return True
 
     def mark(self, checkpoint: tuple[str, int] | None, receipt: bytes | None = None, replayed: bool = False) -> None:
         """:meth:`Index.mark` into the batch. The checkpoint of each name is put once, at :meth:`commit`,

@@ -8,9 +8,13 @@ from json.encoder import encode_basestring
 from math import isfinite
 from typing import Any
 
-__all__ = ["METHODS", "Decision"]
+__all__ = ["METHODS", "Decision", "look_alike", "verified"]
 
 METHODS = ("exact", "minhash", "containment", "simhash", "rewrite")
+# the methods of each combination of candidate_rules.HIT_* bits (in METHODS order), and the direction codes
+_METHODS_OF_HITS = [tuple(m for bit, m in zip((1, 2, 4, 8), METHODS[1:], strict=True) if hits & bit)
+                    for hits in range(16)]
+_DIRECTIONS = (None, "new_in_earlier", "earlier_in_new")
 
 
 # slots, not frozen: one is built per article on the hot path (frozen costs ~0.1 us per field); read-only by convention
@@ -99,6 +103,23 @@ class Decision:
         data["seen_before"] = True
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known and k != "extra"})
+
+
+def verified(article_id: str, hits: float, direction: float, hamming: float, jaccard: float, containment: float,
+             matched_id: str, root_id: str, candidates: int) -> Decision:
+    """The duplicate the compiled rules found (:mod:`stream_dedup.candidate_rules`: the best
+    candidate's rule bits, direction code, Hamming distance, Jaccard and containment as reported)."""
+    methods = _METHODS_OF_HITS[int(hits)]
+    return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=jaccard, method=methods[0],
+                    hamming_distance=int(hamming), containment=containment, matched_id=matched_id, methods=methods,
+                    candidates=candidates, direction=_DIRECTIONS[int(direction)])
+
+
+def look_alike(article_id: str, jaccard: float, candidates: int, template_id: str, agreed: float) -> Decision:
+    """New, but a look-alike of ``template_id`` (the compiled rules' template: its Jaccard, the
+    identity agreement), both rounded to 4 decimals as reported."""
+    return Decision(id=article_id, type="new", similarity=round(jaccard, 4), candidates=candidates,
+                    template_of=template_id, identity_overlap=round(agreed, 4))
 
 
 class _OtherType(Exception):

@@ -47,7 +47,7 @@ import numpy as np
 from . import candidate_rules, passages, rewrite, stored_decision
 from .batch import NO_KEYS, BatchView, Prepared, run_batch
 from .config import EngineConfig
-from .decision import METHODS, Decision  # noqa: F401  (METHODS: re-exported)
+from .decision import METHODS, Decision, look_alike, verified  # noqa: F401  (METHODS: re-exported)
 from .fingerprint import Fingerprint, Fingerprinter
 from .folding import FOLDING_VERSION
 from .index import SIGNATURE_BITS, Index, StoredArticle
@@ -62,10 +62,6 @@ MAX_PER_BUCKET = 256          # members kept per LSH bucket (the newest)
 MAX_VERIFY = 1024             # candidates verified per article (SimHash hits first, then LSH; oldest first)
 EVICT_EVERY_SECONDS = 60.0    # how often decide() runs the retention sweep
 MAY_PASS_MARGIN = 1e-3       # below a rule's threshold, what Deduplicator._may_pass still keeps (rounding)
-# the methods of each combination of candidate_rules.HIT_* bits (in METHODS order), and the direction codes
-_METHODS_OF_HITS = [tuple(m for bit, m in zip((1, 2, 4, 8), METHODS[1:], strict=True) if hits & bit)
-                    for hits in range(16)]
-_DIRECTIONS = (None, "new_in_earlier", "earlier_in_new")
 
 
 def lsh_params(config: EngineConfig) -> LSHParams:
@@ -383,18 +379,12 @@ class Deduplicator(PythonRules):
         if best < 0:
             if template >= 0:
                 t = int(template)
-                return Decision(id=article_id, type="new", similarity=round(out[candidate_rules.O_JACCARD, t].item(), 4),
-                                candidates=len(found),
-                                template_of=self.index.ids(rules.record(store, t) if raw is None else raw[t])[0],
-                                identity_overlap=round(agreed, 4))
+                return look_alike(article_id, out[candidate_rules.O_JACCARD, t].item(), len(found),
+                                  self.index.ids(rules.record(store, t) if raw is None else raw[t])[0], agreed)
             return Decision(id=article_id, type="new", candidates=len(found))
         b = int(best)
-        hits, direction, ham, j, cont = out[:candidate_rules.O_START, b].tolist()
-        methods = _METHODS_OF_HITS[int(hits)]
-        matched_id, root_id = self.index.ids(rules.record(store, b) if raw is None else raw[b])
-        return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=j,
-                        method=methods[0], hamming_distance=int(ham), containment=cont, matched_id=matched_id,
-                        methods=methods, candidates=len(found), direction=_DIRECTIONS[int(direction)])
+        return verified(article_id, *out[:candidate_rules.O_START, b].tolist(),
+                        *self.index.ids(rules.record(store, b) if raw is None else raw[b]), len(found))
 
     def _rules(self) -> np.ndarray:
         """The thresholds of :meth:`_may_pass` and of the compiled screen

@@ -1,0 +1,158 @@
+"""The batch's compiled decisions (stream_dedup.batch_decisions): the same decisions and the same
+index as one-by-one decisions, most articles decided by the kernel, and a failed batch undone."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from stream_dedup import batch_decisions
+from stream_dedup.batch import BatchView
+from stream_dedup.config import EngineConfig
+from stream_dedup.engine import Deduplicator
+from stream_dedup.html_text import html_to_text
+from stream_dedup.record import Article, article_from_object
+
+NOW = 1_700_000_000.0
+
+
+class Counted:
+    """Counts the articles Python decides (Deduplicator._decide) and those the kernel does."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.python = self.kernel = 0
+        decide, run = Deduplicator._decide, batch_decisions.Builder.run
+
+        def counted_decide(engine: Deduplicator, *args: object) -> object:
+            self.python += 1
+            return decide(engine, *args)
+
+        def counted_run(builder: batch_decisions.Builder, view: BatchView, start: int, *args: object) -> int:
+            stop = run(builder, view, start, *args)
+            self.kernel += stop - start
+            return stop
+
+        monkeypatch.setattr(Deduplicator, "_decide", counted_decide)
+        monkeypatch.setattr(batch_decisions.Builder, "run", counted_run)
+
+
+def _short(records: list[dict], words: int = 40) -> list[dict]:
+    """Each record as a short wire item (title and the first paragraph of >= 10 words), as
+    bench/throughput.py builds its short stream."""
+    out = []
+    for rec in records:
+        body = rec.get("text") if rec.get("text") is not None else html_to_text(rec.get("html") or "")
+        paragraphs = [p for p in re.split(r"\n\s*\n", body) if p.strip()]
+        lead = next((p for p in paragraphs if len(p.split()) >= 10), paragraphs[0] if paragraphs else "")
+        out.append({"id": rec["id"], "text": (rec.get("title") or "") + "\n\n" + " ".join(lead.split()[:words])})
+    return out
+
+
+def _index_state(d: Deduplicator) -> tuple:
+    """Everything the index holds: each record (by seq), the bucket and passage lists, the SimHash entries."""
+    index = d.index
+    records = index.records(list(range(index.next_seq)))
+    lists = index.lists()
+    return (records, lists.buckets.as_dict(), lists.passages.as_dict(), lists.simhash.entries,
+            index.next_seq, index.count)
+
+
+def _run(articles: list[Article], state: Path, size: int) -> tuple[list[dict], tuple]:
+    with Deduplicator(EngineConfig(), state) as d:
+        events = []
+        for i in range(0, len(articles), size):
+            events += [x.to_event() for x in d.process_batch(articles[i:i + size], now=NOW)]
+        return events, _index_state(d)
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("shape", ["short", "long"])
+def test_kernel_decides_most_articles_as_one_by_one(tmp_path: Path, shared_stream, monkeypatch: pytest.MonkeyPatch,
+                                                    shape: str) -> None:
+    """On 1,500 records of the shared stream, as short items and whole: batches of 256 give the
+    events and the index (records, bucket, passage and SimHash lists) of one article at a time, and
+    the kernel decides most of them (a fast path silently off fails here)."""
+    config = EngineConfig()
+    records = shared_stream(1500)[0]
+    articles = [article_from_object(r, config) for r in (_short(records) if shape == "short" else records)]
+    reference, reference_index = _run(articles, tmp_path / "one", 1)
+    counted = Counted(monkeypatch)
+    events, index = _run(articles, tmp_path / "batch", 256)
+    assert sum(e["type"] == "duplicate-of" for e in reference) > len(articles) // 4
+    diff = [(r, e) for r, e in zip(reference, events, strict=True) if r != e]
+    assert not diff, f"{len(diff)} events differ, first {diff[0]}"
+    assert index == reference_index
+    assert counted.kernel + counted.python == len(articles)
+    assert counted.kernel > (0.85 if shape == "short" else 0.5) * len(articles), (counted.kernel, counted.python)
+
+
+def test_a_copy_later_in_the_same_batch_is_decided_by_the_kernel(tmp_path: Path, textgen: SimpleNamespace,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A near copy of an article earlier in its batch (whose record the kernel has not written):
+    the kernel stops, the records are written, it resumes there; the copy is a duplicate."""
+    a, b = textgen.words(1, 200), textgen.words(2, 200)
+    articles = [Article(id="a", text=textgen.text(a)), Article(id="b", text=textgen.text(b)),
+                Article(id="a-edit", text=textgen.text(a[:190] + b[:10])),
+                Article(id="c", text=textgen.text(textgen.words(3, 200)))]
+    counted = Counted(monkeypatch)
+    with Deduplicator(EngineConfig(), tmp_path / "s") as d:
+        out = d.process_batch(articles, now=NOW)
+    assert [x.type for x in out] == ["new", "new", "duplicate-of", "new"]
+    assert out[2].duplicate_of == "a" and out[2].method == "minhash"
+    assert (counted.kernel, counted.python) == (4, 0)
+
+
+def test_exact_copies_and_replays_go_to_python(tmp_path: Path, textgen: SimpleNamespace,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exact copy of an earlier article of the batch and a replayed id are Python's; the rest the kernel's."""
+    a = textgen.words(1, 200)
+    articles = [Article(id="a", text=textgen.text(a)), Article(id="a-copy", text=textgen.text(a)),
+                Article(id="a", text="replayed"), Article(id="b", text=textgen.text(textgen.words(2, 200)))]
+    counted = Counted(monkeypatch)
+    with Deduplicator(EngineConfig(), tmp_path / "s") as d:
+        out = d.process_batch(articles, now=NOW)
+    assert [(x.type, x.method, x.seen_before) for x in out] == [("new", None, False), ("duplicate-of", "exact", False),
+                                                                 ("new", None, True), ("new", None, False)]
+    assert (counted.kernel, counted.python) == (2, 2)
+
+
+def test_a_batch_that_raises_takes_the_kernels_filings_out(tmp_path: Path, textgen: SimpleNamespace,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that raises after the kernel filed the batch's articles: nothing is written, the lists
+    are as before the batch, and the batch then decides as it would have."""
+    first = [Article(id=f"x{i}", text=textgen.text(textgen.words(10 + i, 150))) for i in range(5)]
+    batch = [Article(id=f"y{i}", text=textgen.text(textgen.words(20 + i, 150))) for i in range(6)]
+    batch.append(Article(id="x0-edit", text=textgen.text(textgen.words(10, 150)[:145] + ["extra"] * 5)))
+    with Deduplicator(EngineConfig(), tmp_path / "s") as d:
+        d.process_batch(first, now=NOW)
+        before = _index_state(d)
+        calls = []
+        write = BatchView.write_article
+
+        def failing(view: BatchView, **kw: object) -> int:
+            calls.append(kw["article_id"])
+            if len(calls) == 4:
+                raise OSError("disk full")
+            return write(view, **kw)
+
+        monkeypatch.setattr(BatchView, "write_article", failing)
+        with pytest.raises(OSError, match="disk full"):
+            d.process_batch(batch, now=NOW)
+        monkeypatch.setattr(BatchView, "write_article", write)
+        assert _index_state(d) == before
+        out = d.process_batch(batch, now=NOW)
+    assert [x.type for x in out] == ["new"] * 6 + ["duplicate-of"]
+    assert out[-1].duplicate_of == "x0"
+
+
+def test_builder_rows_and_joined_arrays() -> None:
+    """_joined: the parts end to end and where each begins."""
+    joined, at = batch_decisions._joined([np.array([1, 2], dtype=np.uint64), np.zeros(0, dtype=np.uint64),
+                                          np.array([3], dtype=np.uint64)], np.uint64)
+    assert joined.tolist() == [1, 2, 3] and at.tolist() == [0, 2, 2, 3]
+    empty, at0 = batch_decisions._joined([], np.uint32)
+    assert empty.shape == (0,) and at0.tolist() == [0]
