@@ -35,7 +35,7 @@ from rocksdict import WriteBatch
 from .band_table import BandTable
 from .batch_decisions import Builder, decide_all
 from .fingerprint import Fingerprint
-from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64
+from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64, record_writes
 from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
 from .passages import ANCHOR_BYTES, NO_ANCHORS, anchor_bytes
 from .record_store import _store_put
@@ -284,15 +284,31 @@ class BatchView:
         article's seq, its writes kept for :meth:`commit`, its record in the record store."""
         index = self.index
         seq = index.check_seq(self.next_seq)
-        self.next_seq, self.count = seq + 1, self.count + 1
         points, time_key = index.article_writes(seq, article_id=article_id, first_seen=first_seen, simhash=simhash,
                                                 n_shingles=n_shingles, exact=exact, minhash=minhash, root_id=root_id,
                                                 decision=decision, index_sketches=index_sketches, identity=identity,
                                                 anchors=anchors, words=words, postings=postings,
                                                 id_key=self.id_key(article_id))
-        self.written[seq] = record = points[0][1]  # (its record: the first write)
+        self._apply(seq, points, time_key, checkpoint, receipt)
         # (read from the record store by the next articles' verifications: its kernel called directly, ~0.8 us less)
-        _store_put(*self.store_arrays, seq, np.frombuffer(record, dtype=np.uint8))
+        _store_put(*self.store_arrays, seq, np.frombuffer(points[0][1], dtype=np.uint8))
+        return seq
+
+    def write_record(self, record: bytes, article_id: str, exact: bytes | None, passages: bytes, first_seen: float,
+                     checkpoint: tuple[str, int] | None, receipt: bytes | None) -> int:
+        """:meth:`write_article` of a packed record (``exact``: None if the article is not indexed;
+        ``passages``: its ``D`` value), but not put in the record store: the caller puts those of
+        several articles at once (:meth:`RecordStore.put_many`) before any is read there."""
+        seq = self.index.check_seq(self.next_seq)
+        points, time_key = record_writes(seq, record, self.id_key(article_id), exact, passages, first_seen)
+        self._apply(seq, points, time_key, checkpoint, receipt)
+        return seq
+
+    def _apply(self, seq: int, points: list[tuple[bytes, bytes]], time_key: bytes, checkpoint: tuple[str, int] | None,
+               receipt: bytes | None) -> None:
+        """Article ``seq``'s writes (its record first) into the batch."""
+        self.next_seq, self.count = seq + 1, self.count + 1
+        self.written[seq] = points[0][1]
         put, cf, known = self.batch.put, self.points_family, self.known_points
         for key, value in points:  # (the points family's, read again by this batch: known)
             put(key, value, cf)
@@ -301,7 +317,6 @@ class BatchView:
         self.writes += len(points) + 1
         if checkpoint is not None or receipt is not None:
             self.mark(checkpoint, receipt, False)
-        return seq
 
     def note_filed(self, bucket_keys: np.ndarray, permuted: np.ndarray, joins: np.ndarray, seq: int,
                    reserve: bool = False) -> bool:

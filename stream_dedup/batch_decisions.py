@@ -36,6 +36,7 @@ import numpy as np
 from . import rewrite, stored_decision
 from .decision import Decision, look_alike, verified
 from .index import _MAX_SEQ
+from .index_record import _pack_parts
 from .jit import compiling, inline, kernel, trusted
 from .passages import NO_ANCHORS, anchor_bytes
 
@@ -249,7 +250,10 @@ class Builder:
             [r for r, f in enumerate(fast) if f]
         fps = [p.fp for p in chosen]
         self.keys, self.permuted = keys, permuted
-        self.queries = np.stack([p.sig for p in chosen]).astype(np.int64)
+        signatures = np.stack([p.sig for p in chosen])  # (np.stack gives them in native byte order)
+        self.queries = signatures.astype(np.int64)
+        # (big-endian, as records keep them)
+        self.signature_bytes, self.signature_size = signatures.astype(">u2").tobytes(), 2 * signatures.shape[1]
         self.simhashes = np.array([fp.simhash for fp in fps], dtype=np.uint64)
         self.sizes = np.array([fp.n_shingles for fp in fps], dtype=np.int64)
         self.has_words = np.array([len(fp.words) == _WORD_BYTES for fp in fps], dtype=np.bool_)
@@ -258,6 +262,9 @@ class Builder:
             self.words[self.has_words] = np.frombuffer(b"".join(fp.words for fp in fps if len(fp.words) == _WORD_BYTES),
                                                        dtype=np.uint8).reshape(-1, _WORD_BYTES)
         self.identity, self.identity_at = _joined([fp.identity for fp in fps], np.uint32)
+        self.identity_bytes = self.identity.astype(">u4").tobytes()  # (as records keep them)
+        self.row_of: list[int] = self.rows.tolist()  # (Python ints: read per article)
+        self.identity_ends: list[int] = (4 * self.identity_at).tolist()
         self.anchors, self.anchors_at = _joined([fp.anchors for fp in fps], np.uint64)
         self.result = np.zeros((n, R_COLUMNS), dtype=np.float64)
         self.joined = np.zeros(self.anchors.shape[0], dtype=np.uint8)  # per anchor: the article joins its list
@@ -361,37 +368,44 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
              start: int, stop: int, nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
              receipts: Sequence[bytes | None] | None) -> list[Decision]:
     """The decisions :func:`decide_run` left for articles ``start:stop``, their records written
-    (:meth:`BatchView.write_article`) in order."""
+    (:meth:`BatchView.write_record`, then the record store's in one call) in order."""
     out = []
-    ids_of = engine.index.ids
+    records = []
+    seq0 = view.next_seq
+    ids_of, read = engine.index.ids, view.records
+    rows, postings_of = builder.row_of, builder.postings
+    signatures, size, identities, identity_at = (builder.signature_bytes, builder.signature_size,
+                                                 builder.identity_bytes, builder.identity_ends)
     for j, row in zip(range(start, stop), builder.result[start:stop].tolist(), strict=True):
         article_id = ids[j]
-        p = prepared[j]
-        fp = p.fp  # type: ignore[union-attr]
+        fp = prepared[j].fp  # type: ignore[union-attr]
         candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, indexed, joins = row
         root_id = article_id
-        stored = None
+        rid = b""
         if best >= 0:
-            matched_id, root_id = ids_of(view.records([int(best)])[0])  # type: ignore[arg-type]
+            matched_id, root_id = ids_of(read([int(best)])[0])  # type: ignore[arg-type]
             decision = verified(article_id, hits, direction, ham, jaccard, cont, matched_id, root_id, int(candidates))
+            stored = stored_decision.encode_decision(decision, article_id, root_id)
+            if root_id != article_id:
+                rid = root_id.encode("utf-8", "surrogatepass")
         elif template >= 0:
             decision = look_alike(article_id, template_jaccard, int(candidates),
-                                  ids_of(view.records([int(template)])[0])[0], agreed)  # type: ignore[arg-type]
+                                  ids_of(read([int(template)])[0])[0], agreed)  # type: ignore[arg-type]
+            stored = stored_decision.encode_decision(decision, article_id, root_id)
         else:  # (new, no look-alike: its stored form depends on the count alone, made once per count)
             k = int(candidates)
             decision = Decision(id=article_id, type="new", candidates=k)
-            stored = _NEW_STORED.get(k)
+            stored = _NEW_STORED.get(k)  # type: ignore[assignment]
             if stored is None:
                 stored = _NEW_STORED[k] = stored_decision.encode_decision(decision, article_id, root_id)
-        if stored is None:
-            stored = stored_decision.encode_decision(decision, article_id, root_id)
-        postings = builder.postings.pop(j) if joins else (NO_ANCHORS, b"")
-        view.write_article(article_id=article_id, first_seen=nows[j], simhash=fp.simhash, n_shingles=fp.n_shingles,
-                           exact=fp.exact, minhash=p.sig, root_id=root_id,  # type: ignore[union-attr]
-                           decision=stored,
-                           index_sketches=bool(indexed), checkpoint=checkpoints[j] if checkpoints else None,
-                           receipt=receipts[j] if receipts else None, identity=fp.identity,
-                           anchors=fp.anchors.shape[0], words=fp.words if indexed else rewrite.NO_WORDS,
-                           postings=postings)
+        r = rows[j]
+        record = _pack_parts(nows[j], fp.simhash, fp.n_shingles, indexed, fp.exact, signatures[r * size:(r + 1) * size],
+                             article_id.encode("utf-8", "surrogatepass"), rid,
+                             identities[identity_at[r]:identity_at[r + 1]], fp.anchors.shape[0],
+                             fp.words if indexed else rewrite.NO_WORDS, stored)
+        records.append(record)
+        view.write_record(record, article_id, fp.exact if indexed else None, postings_of.pop(j)[1] if joins else b"",
+                          nows[j], checkpoints[j] if checkpoints else None, receipts[j] if receipts else None)
         out.append(decision)
+    view.index.record_store.put_many(seq0, records)
     return out

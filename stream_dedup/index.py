@@ -452,15 +452,10 @@ class Index:
         is written here; the caller files the article in :attr:`passage_lists` once the write is done.
         ``id_key``: :func:`_id_key` of ``article_id`` if the caller has it.
         """
-        s8, s4 = _u64(seq), seq.to_bytes(4, "big")  # seqs fit 4 bytes (check_seq)
-        points = [(b"A" + s8, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
-                                           article_id, root_id, decision, identity, anchors, words)),
-                  (id_key or self._cached_id_key(article_id), s4)]
-        if index_sketches:
-            points.append((b"X" + exact, s4))
-        if postings[1]:
-            points.append((DELETE_PREFIX + s8, postings[1]))
-        return points, _u64(int(first_seen * 1000)) + s8
+        return record_writes(seq, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
+                                               article_id, root_id, decision, identity, anchors, words),
+                             id_key or self._cached_id_key(article_id), exact if index_sketches else None, postings[1],
+                             first_seen)
 
     def state_entry(self) -> Entry:
         """The write that stores the index state (next seq, count)."""
@@ -634,6 +629,19 @@ class Index:
         self.db.close()
         self._points = self._time = self._receipts = None  # type: ignore[assignment]
         self._cf = {}
+
+
+def record_writes(seq: int, record: bytes, id_key: bytes, exact: bytes | None, passages: bytes,
+                  first_seen: float) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """:meth:`Index.article_writes` of an article whose record is packed: its ``A``, ``I``, ``X`` (if
+    ``exact``: indexed) and ``D`` (if ``passages``) writes, and its key in the time family."""
+    s8, s4 = _u64(seq), seq.to_bytes(4, "big")  # seqs fit 4 bytes (check_seq)
+    points = [(b"A" + s8, record), (id_key, s4)]
+    if exact is not None:
+        points.append((b"X" + exact, s4))
+    if passages:
+        points.append((DELETE_PREFIX + s8, passages))
+    return points, _u64(int(first_seen * 1000)) + s8
 
 
 def _families_of(path: Path) -> list[str]:

@@ -66,10 +66,18 @@ def _pack_record(first_seen: float, simhash: int, n_shingles: int, indexed: bool
             raise ValueError(f"article {article_id!r}: an empty cluster root id cannot be stored")
     # (bytes: already encoded, stored_decision.encode_decision; JSON for a dict)
     stored = decision if type(decision) is bytes else stored_decision.encode(decision, article_id, root_id)
-    return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact),
-                     stored_signature(minhash).tobytes(),
-                     _LENGTHS.pack(len(aid), len(rid), identity.shape[0], min(anchors, 0xFFFF), len(words)), aid, rid,
-                     identity.astype(">u4", copy=False).tobytes(), words, stored))
+    return _pack_parts(first_seen, simhash, n_shingles, indexed, exact, stored_signature(minhash).tobytes(), aid, rid,
+                       identity.astype(">u4", copy=False).tobytes(), anchors, words, stored)
+
+
+def _pack_parts(first_seen: float, simhash: int, n_shingles: int, indexed: bool, exact: bytes, signature: bytes,
+                aid: bytes, rid: bytes, identity: bytes, anchors: int, words: bytes, stored: bytes) -> bytes:
+    """:func:`_pack_record` from its parts as bytes: the stored signature's and the identity
+    sketch's (big-endian, as the record keeps them), the ids' UTF-8 (``rid`` empty: the article is
+    its own root) and the stored decision (a batch makes the arrays' bytes once for all its articles)."""
+    return b"".join((_RECORD.pack(first_seen, simhash, n_shingles, FLAG_INDEXED if indexed else 0, exact), signature,
+                     _LENGTHS.pack(len(aid), len(rid), len(identity) >> 2, min(anchors, 0xFFFF), len(words)), aid, rid,
+                     identity, words, stored))
 
 
 def _record_ids(value: bytes | memoryview, num_perm: int) -> tuple[str, str, int]:

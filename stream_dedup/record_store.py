@@ -142,6 +142,16 @@ def store_put(buf, keys, vals, meta, seq, rec):
 
 
 @kernel
+def store_put_many(buf, keys, vals, meta, seq0, recs, ends):
+    """:func:`store_put` of the records of ``seq0``, ``seq0 + 1``, ... in one call: ``recs`` (uint8)
+    holds them end to end, record ``i`` ending at ``ends[i]``."""
+    begin = np.int64(0)
+    for i in range(ends.shape[0]):
+        store_put(buf, keys, vals, meta, seq0 + i, recs[begin:ends[i]])
+        begin = ends[i]
+
+
+@kernel
 def store_delete(keys, vals, meta, seq):
     """Forget ``seq``'s record (its bytes stay until its segment is emptied); True if it was held."""
     if _forget(keys, vals, seq):
@@ -174,6 +184,7 @@ def store_locate(buf, keys, vals, seqs, starts, lengths):
 
 
 _store_put = trusted(store_put)
+_store_put_many = trusted(store_put_many)
 _store_delete = trusted(store_delete)
 _store_locate = trusted(store_locate)
 
@@ -202,6 +213,13 @@ class RecordStore:
     def put(self, seq: int, record: bytes) -> bool:
         """Hold ``record`` as ``seq``'s (False: not held, see :func:`store_put`)."""
         return bool(_store_put(self.buf, self.keys, self.vals, self.meta, seq, np.frombuffer(record, dtype=np.uint8)))
+
+    def put_many(self, seq0: int, records: list[bytes]) -> None:
+        """:meth:`put` of ``records`` as those of ``seq0``, ``seq0 + 1``, ... in one call."""
+        if records:
+            ends = np.fromiter(map(len, records), np.int64, len(records)).cumsum()
+            _store_put_many(self.buf, self.keys, self.vals, self.meta, seq0,
+                            np.frombuffer(b"".join(records), dtype=np.uint8), ends)
 
     def delete(self, seq: int) -> bool:
         return bool(_store_delete(self.keys, self.vals, self.meta, seq))

@@ -87,3 +87,25 @@ def test_the_map_is_never_more_than_half_full() -> None:
     taken = sum(store.put(seq, b"x") for seq in range(slots))
     assert taken == slots // 2 and len(store) == taken
     assert store.get_many([0, taken - 1, taken]) == [b"x", b"x", None]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_put_many_is_put_one_after_another(seed: int) -> None:
+    """put_many (a batch's records in one call) leaves the store's arrays as put one record at a
+    time does, through several turns of the halves and records too large to hold."""
+    rng = np.random.default_rng(seed)
+    one, many = RecordStore(4096, 40), RecordStore(4096, 40)
+    seq = 0
+    for _ in range(60):
+        n = int(rng.integers(0, 9))
+        records = [rng.integers(0, 256, int(rng.integers(40, 400)), dtype=np.uint8).tobytes() for _ in range(n)]
+        if rng.random() < 0.1:
+            records.append(bytes(5000))  # larger than a half: not held either way
+        for i, record in enumerate(records):
+            one.put(seq + i, record)
+        many.put_many(seq, records)
+        seq += len(records)
+        for a, b in ((one.buf, many.buf), (one.keys, many.keys), (one.vals, many.vals), (one.meta, many.meta)):
+            assert np.array_equal(a, b)
+    assert one.get_many(list(range(seq))) == many.get_many(list(range(seq)))
+    assert len(many) > 0
