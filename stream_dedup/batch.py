@@ -94,20 +94,31 @@ def run_batch(engine: Deduplicator, ids: list[str], fingerprints: Callable[[list
 
 def _builder(view: BatchView, prepared: list[Prepared | None], engine: Deduplicator) -> Builder | None:
     """The compiled decisions' arrays (:mod:`stream_dedup.batch_decisions`) for the batch's articles
-    with shingles (their keys made here for all, :meth:`Prepared.all_keys`); the kernel takes those
-    that are neither exact duplicates of an indexed article nor of one before them in the batch."""
+    with shingles (their keys made here for all: :func:`_batch_keys`); the kernel takes those that
+    are neither exact duplicates of an indexed article nor of one before them in the batch."""
     positions = [i for i, p in enumerate(prepared) if p is not None and p.fp.n_shingles > 0]
     if len(positions) < 2:
         return None
     chosen: list[Prepared] = [prepared[i] for i in positions]  # type: ignore[misc]
-    keys, permuted = Prepared.all_keys(chosen, engine.index.buckets, engine.tables)
+    signatures = np.stack([p.sig for p in chosen])
+    keys, permuted, joined = _batch_keys(chosen, engine.index.buckets, engine.tables, signatures)
     seen: set[bytes] = set()
     fast = []
     for p in chosen:
         exact = p.fp.exact
         fast.append(Builder.takes(p) and exact not in seen and view.exact_match(exact) is None)
         seen.add(exact)
-    return Builder(len(prepared), positions, chosen, fast, keys, permuted, engine.config.num_perm)
+    return Builder(len(prepared), positions, chosen, fast, keys, permuted, signatures, joined)
+
+
+def _batch_keys(todo: list[Prepared], buckets: BandTable, tables: PermutedTables,
+                signatures: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """The bucket keys and permuted SimHashes of ``todo`` (rows), and their anchors' bytes end to
+    end (the D value of an article whose passage lists are all empty: ~1.2 us an article's numpy
+    calls, made once for the batch)."""
+    keys = buckets.keys(np.stack([p.sig for p in todo]) if signatures is None else signatures)
+    permuted = tables.permute_many(np.array([p.fp.simhash for p in todo], dtype=np.uint64))
+    return keys, permuted, anchor_bytes(np.concatenate([p.fp.anchors for p in todo]))
 
 
 @dataclass(slots=True)
@@ -128,22 +139,20 @@ class Prepared:
         return cls(fp, stored_signature(fp.minhash))
 
     @staticmethod
-    def all_keys(todo: list[Prepared], buckets: BandTable, tables: PermutedTables) -> tuple[np.ndarray, np.ndarray]:
+    def all_keys(todo: list[Prepared], buckets: BandTable, tables: PermutedTables,
+                 signatures: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`keys` of each of ``todo`` (articles with shingles, at least two) in two kernel calls
         for all of them (rows of the batch's arrays, returned; per article, the two calls and their
-        conversions cost ~7 us)."""
-        keys = buckets.keys(np.stack([p.sig for p in todo]))
-        permuted = tables.permute_many(np.array([p.fp.simhash for p in todo], dtype=np.uint64))
+        conversions cost ~7 us), and their anchors' bytes; ``signatures``: their signatures stacked,
+        if the caller has them. (:func:`_builder` makes the same arrays, given to its articles as needed.)"""
+        keys, permuted, joined = _batch_keys(todo, buckets, tables, signatures)
         for p, k, q in zip(todo, keys, permuted, strict=True):
             p.buckets, p.permuted = k, q
-        # the anchors' bytes (the D value of an article whose passage lists are all empty): ~1.2 us
-        # an article's numpy calls, made once for the batch and sliced
-        sizes = [p.fp.anchors.shape[0] for p in todo]
-        joined = anchor_bytes(np.concatenate([p.fp.anchors for p in todo]))
         at = 0
-        for p, n in zip(todo, sizes, strict=True):
-            p.anchor_bytes = joined[at:at + ANCHOR_BYTES * n]
-            at += ANCHOR_BYTES * n
+        for p in todo:
+            n = ANCHOR_BYTES * p.fp.anchors.shape[0]
+            p.anchor_bytes = joined[at:at + n]
+            at += n
         return keys, permuted
 
     def keys(self, buckets: BandTable, tables: PermutedTables) -> tuple[np.ndarray, np.ndarray]:

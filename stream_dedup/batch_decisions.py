@@ -38,7 +38,7 @@ from .decision import Decision, look_alike, verified
 from .index import _MAX_SEQ
 from .index_record import _pack_parts
 from .jit import compiling, inline, kernel, trusted
-from .passages import NO_ANCHORS, anchor_bytes
+from .passages import ANCHOR_BYTES, NO_ANCHORS, anchor_bytes
 
 if TYPE_CHECKING:
     from .batch import BatchView, Prepared
@@ -241,16 +241,19 @@ class Builder:
     """The arrays :func:`decide_run` reads for a batch, made once from its prepared articles."""
 
     def __init__(self, n: int, positions: list[int], chosen: list[Prepared], fast: list[bool], keys: np.ndarray,
-                 permuted: np.ndarray, num_perm: int) -> None:
+                 permuted: np.ndarray, signatures: np.ndarray, anchor_bytes: bytes) -> None:
         """A batch of ``n`` articles; ``chosen``: the prepared articles with shingles, at ``positions``
         of the batch, ``fast`` saying which the kernel may take (:meth:`takes`, not exact duplicates);
-        ``keys``, ``permuted``: their bucket keys and permuted SimHashes (:meth:`Prepared.all_keys`)."""
+        ``keys``, ``permuted``, ``signatures``, ``anchor_bytes``: their bucket keys, permuted
+        SimHashes and signatures (rows) and their anchors' bytes end to end (:func:`stream_dedup.batch._batch_keys`)."""
         self.rows = np.full(n, -1, dtype=np.int64)
         self.rows[[i for i, f in zip(positions, fast, strict=True) if f]] = \
             [r for r, f in enumerate(fast) if f]
+        self.chosen_row = {i: r for r, i in enumerate(positions)}  # every chosen article's row
+        self.all_anchor_bytes = anchor_bytes
         fps = [p.fp for p in chosen]
         self.keys, self.permuted = keys, permuted
-        signatures = np.stack([p.sig for p in chosen])  # (np.stack gives them in native byte order)
+        # (np.stack gives the signatures in native byte order)
         self.queries = signatures.astype(np.int64)
         # (big-endian, as records keep them)
         self.signature_bytes, self.signature_size = signatures.astype(">u2").tobytes(), 2 * signatures.shape[1]
@@ -296,13 +299,21 @@ class Builder:
                            store.keys, store.vals, *rules_arrays, settings, index_below, self.result, self.joined,
                            self.stop)
 
+    def prepare(self, i: int, p: Prepared | None) -> None:
+        """Give article ``i`` (if it has shingles) its keys and anchors' bytes from the batch's arrays
+        (:class:`~stream_dedup.batch.Prepared`: for :meth:`Deduplicator._decide <stream_dedup.engine.Deduplicator._decide>`)."""
+        r = self.chosen_row.get(i)
+        if r is not None and p is not None and p.buckets is None:
+            p.buckets, p.permuted = self.keys[r], self.permuted[r]
+            p.anchor_bytes = self.all_anchor_bytes[ANCHOR_BYTES * self.anchors_at[r]:ANCHOR_BYTES * self.anchors_at[r + 1]]
+
     def joins(self, i: int, p: Prepared) -> tuple[np.ndarray, bytes]:
         """The anchors whose passage lists article ``i`` joined (:func:`decide_run` left ``R_JOINS``
         of them) and its ``D`` value (:func:`stream_dedup.passages.posting_writes`)."""
         anchors = p.fp.anchors
         r = self.rows[i]
         if int(self.result[i, R_JOINS]) == anchors.shape[0]:  # all of them (most new articles)
-            return anchors, p.anchor_bytes if p.anchor_bytes is not None else anchor_bytes(anchors)
+            return anchors, self.all_anchor_bytes[ANCHOR_BYTES * self.anchors_at[r]:ANCHOR_BYTES * self.anchors_at[r + 1]]
         adds = anchors[self.joined[self.anchors_at[r]:self.anchors_at[r + 1]].view(np.bool_)]
         return adds, anchor_bytes(adds)
 
@@ -342,6 +353,7 @@ def decide_all(engine: Deduplicator, view: BatchView, ids: list[str], prepared: 
                 i = stop
                 continue
             i = stop
+        builder.prepare(i, prepared[i])
         decisions.append(engine._decide(view, ids[i], prepared[i], nows[i], checkpoints[i] if checkpoints else None,
                                         receipts[i] if receipts else None))
         i += 1

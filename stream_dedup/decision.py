@@ -61,6 +61,12 @@ class Decision:
         (str, int, float, None, a tuple of str) and ``extra`` go through ``json.dumps`` itself."""
         if not self.extra:
             try:
+                if self.type == "new" and self.duplicate_of is None and self.matched_id is None \
+                        and self.template_of is None and self.similarity is None and self.method is None \
+                        and self.hamming_distance is None and self.containment is None and self.direction is None \
+                        and not self.methods:  # (most new articles: one template)
+                    return "".join(('{"id": ', _json_str(self.id), _NEW_EVENT, _json_int(self.candidates),
+                                    ', "seen_before": ', _json_bool(self.seen_before), "}"))
                 parts = ['{"id": ', _json_str(self.id), ', "type": ', _json_str(self.type),
                          ', "duplicate_of": ', _json_opt_str(self.duplicate_of),
                          ', "similarity": ', _json_opt_float(self.similarity),
@@ -120,6 +126,11 @@ def look_alike(article_id: str, jaccard: float, candidates: int, template_id: st
     identity agreement), both rounded to 4 decimals as reported."""
     return Decision(id=article_id, type="new", similarity=round(jaccard, 4), candidates=candidates,
                     template_of=template_id, identity_overlap=round(agreed, 4))
+
+
+# the event of a new article between its id and its candidates (Decision.event_json)
+_NEW_EVENT = (', "type": "new", "duplicate_of": null, "similarity": null, "method": null, "hamming_distance": null, '
+              '"containment": null, "matched_id": null, "methods": [], "candidates": ')
 
 
 class _OtherType(Exception):
