@@ -72,8 +72,16 @@ def run_batch(engine: Deduplicator, ids: list[str], fingerprints: Callable[[list
             fresh.add(article_id)
             unknown.append(i)
     if unknown:
-        for i, fp in zip(unknown, fingerprints(unknown), strict=True):
-            prepared[i] = Prepared.of(fp, engine.config.num_perm)
+        fps = fingerprints(unknown)
+        num_perm = engine.config.num_perm
+        if len(fps) > 1 and all(fp.minhash.shape == (num_perm,) for fp in fps):
+            # (their stored signatures converted in one call: rows of one array)
+            sigs = stored_signature(np.stack([fp.minhash for fp in fps]))
+            for i, fp, sig in zip(unknown, fps, sigs, strict=True):
+                prepared[i] = Prepared(fp, sig)
+        else:
+            for i, fp in zip(unknown, fps, strict=True):
+                prepared[i] = Prepared.of(fp, num_perm)
     todo = [p for p in prepared if p is not None]
     builder = None
     if len(todo) > 1:
