@@ -20,8 +20,9 @@
    p50 / p99 205-350 / 666-1,178 ms, against 37-61 / 151-229 ms once the broker had run a while);
 4. decision stage alone: signature records of R rounds of the stream (default 3, ~22k) are
    computed here and written straight to the signatures topic of a fresh worker whose input
-   topic stays empty -> stage 2's articles/s, against ``Deduplicator.decide`` on the same
-   signatures in this process (the engine's decide rate).
+   topic stays empty -> stage 2's articles/s, against ``Deduplicator.decide_batch`` on the same
+   signatures in this process, 256 at a time (the engine's decide rate; ``decide`` one at a time
+   before 2026-11-27 10:20 UTC, which the batches' compiled decisions outran).
 
 Also printed: the worker's CPU ms per article and peak RSS (its process and children), and
 during the latency run the CPU of each process that shares the machine's cores (the worker's
@@ -334,8 +335,13 @@ def _cleanup(admin, prefix: str, data_dir: str) -> None:
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
+DECIDE_BATCH = 256  # the engine's reference decides in batches of this many (as `dedup` does)
+
+
 def decide_rate_in_process(sigs: list[bytes]) -> float:
-    """``Deduplicator.decide`` on the signature records, in this process: the engine's decide rate."""
+    """``Deduplicator.decide_batch`` on the signature records, :data:`DECIDE_BATCH` at a time (the
+    engine's batched path, as the ``dedup`` command and the decision stage decide), in this
+    process: the engine's decide rate."""
     from stream_dedup.config import EngineConfig
     from stream_dedup.engine import Deduplicator
     from stream_dedup.fingerprint import Fingerprint
@@ -348,8 +354,10 @@ def decide_rate_in_process(sigs: list[bytes]) -> float:
             warm.decide(recs[0].article_id, Fingerprint.from_bytes(recs[0].fingerprint))
         with Deduplicator(EngineConfig(), Path(tmp) / "index") as d:
             t0 = time.perf_counter()
-            for r in recs:
-                d.decide(r.article_id, Fingerprint.from_bytes(r.fingerprint), now=r.timestamp_ms / 1000.0)
+            for i in range(0, len(recs), DECIDE_BATCH):
+                batch = recs[i:i + DECIDE_BATCH]
+                d.decide_batch([r.article_id for r in batch], [Fingerprint.from_bytes(r.fingerprint) for r in batch],
+                               now=[r.timestamp_ms / 1000.0 for r in batch])
             return len(recs) / (time.perf_counter() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
