@@ -63,8 +63,8 @@ def _index_state(d: Deduplicator) -> tuple:
             index.next_seq, index.count)
 
 
-def _run(articles: list[Article], state: Path, size: int) -> tuple[list[dict], tuple]:
-    with Deduplicator(EngineConfig(), state) as d:
+def _run(articles: list[Article], state: Path, size: int, config: EngineConfig | None = None) -> tuple[list[dict], tuple]:
+    with Deduplicator(config or EngineConfig(), state) as d:
         events = []
         for i in range(0, len(articles), size):
             events += [x.to_event() for x in d.process_batch(articles[i:i + size], now=NOW)]
@@ -90,6 +90,35 @@ def test_kernel_decides_most_articles_as_one_by_one(tmp_path: Path, shared_strea
     assert index == reference_index
     assert counted.kernel + counted.python == len(articles)
     assert counted.kernel > (0.85 if shape == "short" else 0.5) * len(articles), (counted.kernel, counted.python)
+
+
+# configurations that change what the kernel reads or decides: no passage anchors, character shingles,
+# no look-alike rule, no rewrite rule (no word bitmaps), short texts never compared, containment one
+# way, small passage lists (more are common), one shared anchor enough, every near-copy indexed,
+# tight SimHash, a loose Jaccard
+CONFIGS = [
+    {"passage_window": 0}, {"char_shingles": 5}, {"identity_threshold": 0.0}, {"rewrite_jaccard": 0.0},
+    {"short_text_jaccard": 1.0}, {"containment_both_ways": 0}, {"passage_common_docs": 2, "passage_min_shared": 1},
+    {"index_below_similarity": 1.0}, {"simhash_k": 1}, {"jaccard_threshold": 0.3},
+]
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("fields", CONFIGS, ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()))
+def test_other_configurations_decide_as_one_by_one(tmp_path: Path, shared_stream, fields: dict) -> None:
+    """Under each of CONFIGS, batches of 64 give the events and the index of one article at a time
+    (600 records of the shared stream, whole and cut to short items, interleaved)."""
+    config = EngineConfig(**fields)
+    records = shared_stream(300)[0]
+    mixed = [r for pair in zip(records, _short([{**r, "id": r["id"] + "-short"} for r in records]), strict=True)
+             for r in pair]
+    articles = [article_from_object(r, config) for r in mixed]
+    reference, reference_index = _run(articles, tmp_path / "one", 1, config)
+    events, index = _run(articles, tmp_path / "batch", 64, config)
+    diff = [(r, e) for r, e in zip(reference, events, strict=True) if r != e]
+    assert not diff, f"{len(diff)} events differ, first {diff[0]}"
+    assert index == reference_index
+    assert sum(e["type"] == "duplicate-of" for e in reference) > 50
 
 
 def test_a_copy_later_in_the_same_batch_is_decided_by_the_kernel(tmp_path: Path, textgen: SimpleNamespace,
