@@ -54,10 +54,11 @@ __all__ = ["STOP_DONE", "STOP_PYTHON", "STOP_RECORDS", "Builder", "decide_run"]
 STOP_DONE, STOP_RECORDS, STOP_PYTHON = 0, 1, 2
 # per article (float64 columns of the result): candidates verified, best candidate's seq (-1: none),
 # template's seq (-1), its identity agreement, the best's rule bits, direction, Hamming distance,
-# Jaccard and containment (as reported), the template's Jaccard, indexed (0/1), joins its passage lists (0/1)
+# Jaccard and containment (as reported), the template's Jaccard, indexed (0/1), joins its passage lists (0/1),
+# where the best's (else the template's) record is in the record store's buffer and its length
 R_CANDIDATES, R_BEST, R_TEMPLATE, R_AGREED, R_HITS, R_DIRECTION, R_HAMMING, R_JACCARD, R_CONTAINMENT, \
-    R_TEMPLATE_JACCARD, R_INDEXED, R_JOINS = range(12)
-R_COLUMNS = 12
+    R_TEMPLATE_JACCARD, R_INDEXED, R_JOINS, R_AT, R_LENGTH = range(14)
+R_COLUMNS = 14
 # settings (int64): SimHash distance, candidates verified at most, short-text range (low, high), band
 # table cap, passage lists' cap, largest seq the buckets can name, passage_common_docs, passage_min_shared
 K_SIMHASH, K_MAX_VERIFY, K_SHORT_LOW, K_SHORT_HIGH, K_CAP, K_PASSAGE_CAP, K_MAX_SEQ, K_COMMON, K_MIN_SHARED = range(9)
@@ -207,6 +208,8 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
         res[R_TEMPLATE] = -1.0
         if best >= 0:
             res[R_BEST] = found[best]
+            res[R_AT] = starts[best]
+            res[R_LENGTH] = lengths[best]
             res[R_HITS] = out[_O_HITS, best]
             res[R_DIRECTION] = out[_O_DIRECTION, best]
             res[R_HAMMING] = out[_O_HAMMING, best]
@@ -214,6 +217,8 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
             res[R_CONTAINMENT] = out[_O_CONTAINMENT, best]
         elif template >= 0:
             res[R_TEMPLATE] = found[template]
+            res[R_AT] = starts[template]
+            res[R_LENGTH] = lengths[template]
             res[R_TEMPLATE_JACCARD] = out[_O_JACCARD, template]
             res[R_AGREED] = summary[_S_AGREED]
         res[R_INDEXED] = 1.0 if indexed else 0.0
@@ -384,25 +389,28 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
     out = []
     records = []
     seq0 = view.next_seq
-    ids_of, read = engine.index.ids, view.records
+    # (the ids of the matched article and of a look-alike's template are read in the record store
+    # where the call found their records: nothing is put in it before this function's end)
+    ids_of, held = engine.index.ids, view.index.record_store.view
     rows, postings_of = builder.row_of, builder.postings
     signatures, size, identities, identity_at = (builder.signature_bytes, builder.signature_size,
                                                  builder.identity_bytes, builder.identity_ends)
     for j, row in zip(range(start, stop), builder.result[start:stop].tolist(), strict=True):
         article_id = ids[j]
         fp = prepared[j].fp  # type: ignore[union-attr]
-        candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, indexed, joins = row
+        candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, indexed, joins, at, \
+            length = row
         root_id = article_id
         rid = b""
         if best >= 0:
-            matched_id, root_id = ids_of(read([int(best)])[0])  # type: ignore[arg-type]
+            matched_id, root_id = ids_of(held[int(at):int(at + length)])
             decision = verified(article_id, hits, direction, ham, jaccard, cont, matched_id, root_id, int(candidates))
             stored = stored_decision.encode_decision(decision, article_id, root_id)
             if root_id != article_id:
                 rid = root_id.encode("utf-8", "surrogatepass")
         elif template >= 0:
-            decision = look_alike(article_id, template_jaccard, int(candidates),
-                                  ids_of(read([int(template)])[0])[0], agreed)  # type: ignore[arg-type]
+            decision = look_alike(article_id, template_jaccard, int(candidates), ids_of(held[int(at):int(at + length)])[0],
+                                  agreed)
             stored = stored_decision.encode_decision(decision, article_id, root_id)
         else:  # (new, no look-alike: its stored form depends on the count alone, made once per count)
             k = int(candidates)
