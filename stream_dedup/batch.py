@@ -33,7 +33,7 @@ import numpy as np
 from rocksdict import WriteBatch
 
 from .band_table import BandTable
-from .batch_decisions import Builder, decide_all
+from .batch_decisions import Builder, FiledRun, decide_all
 from .fingerprint import Fingerprint
 from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64, record_writes
 from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
@@ -202,7 +202,8 @@ class BatchView:
         self.passages = self.lists  # (what :func:`stream_dedup.passages.lookup` reads)
         # (list, keys, seq) the batch filed, in order (:meth:`rollback` takes them out again), and the
         # bucket table's member count before it (a bucket over its cap drops its oldest: not undone)
-        self.filed: list[tuple[BandTable | MemberLists | SimhashTable, np.ndarray, int]] = []
+        # (a run of articles the compiled call filed: its FiledRun, expanded into those at a rollback)
+        self.filed: list[tuple[BandTable | MemberLists | SimhashTable, np.ndarray, int] | FiledRun] = []
         self.bucket_members = int(self.buckets.meta[3])
         self.bucket_entries = 0
 
@@ -410,8 +411,9 @@ class BatchView:
         if int(self.buckets.meta[3]) != self.bucket_members + self.bucket_entries:
             self.index.drop_lists()
             return
-        for table, keys, seq in reversed(filed):
-            table.remove(keys, seq)
+        for entry in reversed(filed):
+            for table, keys, seq in (entry.entries(self) if isinstance(entry, FiledRun) else (entry,)):
+                table.remove(keys, seq)
         self._settled()
 
     def _settled(self) -> None:

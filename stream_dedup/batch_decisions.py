@@ -29,6 +29,7 @@ decisions and the index with those of one-by-one decisions.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,11 +39,14 @@ from .decision import Decision, look_alike, verified
 from .index import _MAX_SEQ
 from .index_record import _pack_parts
 from .jit import compiling, inline, kernel, trusted
-from .passages import ANCHOR_BYTES, NO_ANCHORS, anchor_bytes
+from .passages import ANCHOR_BYTES, anchor_bytes
 
 if TYPE_CHECKING:
+    from .band_table import BandTable
     from .batch import BatchView, Prepared
     from .engine import Deduplicator
+    from .list_table import MemberLists
+    from .simhash_table import SimhashTable
 
 if compiling():
     from .candidate_rules import verify_stored
@@ -277,7 +281,6 @@ class Builder:
         self.result = np.zeros((n, R_COLUMNS), dtype=np.float64)
         self.joined = np.zeros(self.anchors.shape[0], dtype=np.uint8)  # per anchor: the article joins its list
         self.stop = np.zeros(1, dtype=np.int64)
-        self.postings: dict[int, tuple[np.ndarray, bytes]] = {}  # position -> lists joined, D value (_note_run)
 
     @staticmethod
     def takes(p: Prepared | None) -> bool:
@@ -367,18 +370,35 @@ def decide_all(engine: Deduplicator, view: BatchView, ids: list[str], prepared: 
 
 def _note_run(view: BatchView, builder: Builder, prepared: list[Prepared | None], start: int, stop: int,
               seq0: int) -> None:
-    """Note what :func:`decide_run` filed for articles ``start:stop`` (:meth:`BatchView.note_filed`),
-    before anything else can raise: a rollback takes them out again."""
-    result, rows, keys, permuted, postings = builder.result, builder.rows, builder.keys, builder.permuted, builder.postings
-    for j in range(start, stop):
-        indexed, joins = result[j, R_INDEXED], result[j, R_JOINS]
-        if indexed:
-            r = rows[j]
-            adds = NO_ANCHORS
-            if joins:
-                postings[j] = builder.joins(j, prepared[j])  # type: ignore[arg-type]
-                adds = postings[j][0]
-            view.note_filed(keys[r], permuted[r], adds, seq0 + j - start)
+    """Note what :func:`decide_run` filed for articles ``start:stop`` (:class:`FiledRun`), before
+    anything else can raise: a rollback takes them out again."""
+    indexed = int(builder.result[start:stop, R_INDEXED].sum())
+    if indexed:
+        view.index.lists_behind = True  # the lists are ahead of RocksDB until the commit (no snapshot)
+        view.bucket_entries += indexed * builder.keys.shape[1]
+        view.filed.append(FiledRun(builder, prepared, start, stop, seq0))
+
+
+@dataclass(slots=True)
+class FiledRun:
+    """Articles ``start:stop`` of a batch, seqs from ``seq0``, as :func:`decide_run` filed them."""
+    builder: Builder
+    prepared: list[Prepared | None]
+    start: int
+    stop: int
+    seq0: int
+
+    def entries(self, view: BatchView) -> list[tuple[BandTable | MemberLists | SimhashTable, np.ndarray, int]]:
+        """(list, keys, seq) of each filing, in order (:attr:`BatchView.filed`'s form)."""
+        b = self.builder
+        out: list[tuple[BandTable | MemberLists | SimhashTable, np.ndarray, int]] = []
+        for j in range(self.start, self.stop):
+            if b.result[j, R_INDEXED]:
+                r, seq = b.rows[j], self.seq0 + j - self.start
+                out += [(view.simhash, b.permuted[r], seq), (view.buckets, b.keys[r], seq)]
+                if b.result[j, R_JOINS]:
+                    out.append((view.lists, b.joins(j, self.prepared[j])[0], seq))  # type: ignore[arg-type]
+        return out
 
 
 def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[str], prepared: list[Prepared | None],
@@ -392,7 +412,7 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
     # (the ids of the matched article and of a look-alike's template are read in the record store
     # where the call found their records: nothing is put in it before this function's end)
     ids_of, held = engine.index.ids, view.index.record_store.view
-    rows, postings_of = builder.row_of, builder.postings
+    rows = builder.row_of
     signatures, size, identities, identity_at = (builder.signature_bytes, builder.signature_size,
                                                  builder.identity_bytes, builder.identity_ends)
     for j, row in zip(range(start, stop), builder.result[start:stop].tolist(), strict=True):
@@ -424,7 +444,8 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
                              identities[identity_at[r]:identity_at[r + 1]], fp.anchors.shape[0],
                              fp.words if indexed else rewrite.NO_WORDS, stored)
         records.append(record)
-        view.write_record(record, article_id, fp.exact if indexed else None, postings_of.pop(j)[1] if joins else b"",
+        view.write_record(record, article_id, fp.exact if indexed else None,
+                          builder.joins(j, prepared[j])[1] if joins else b"",  # type: ignore[arg-type]
                           nows[j], checkpoints[j] if checkpoints else None, receipts[j] if receipts else None)
         out.append(decision)
     view.index.record_store.put_many(seq0, records)
