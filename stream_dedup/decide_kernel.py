@@ -1,0 +1,229 @@
+"""The compiled loop of a batch's decisions (:func:`decide_run`): for each article in order, its
+candidates, their verification, the passage check and its filing in the lists.
+
+One by one, an article's decision is ~40 Python calls around four kernels (the candidates' lookup,
+the rules, the passage lists, the filing), each kernel call paying ~1.5-2.5 us to unbox the lists'
+arrays: on short wire items ~30 us a record, three times the fingerprint. :func:`decide_run` runs
+the same steps for a whole batch in one call, article after article (each finds the ones before it:
+it files them in the lists as it goes), and returns where it stopped, the numbers of each
+decision left in an array (``R_*`` columns). :mod:`stream_dedup.batch_decisions` makes its arrays,
+builds each :class:`~stream_dedup.decision.Decision` from those numbers and writes the records.
+
+It decides only what it can decide exactly as :meth:`Deduplicator._decide
+<stream_dedup.engine.Deduplicator._decide>` does, and stops at the first article it cannot, which
+then goes that way (:data:`STOP_PYTHON`):
+
+* an article the caller marks (``rows[i] < 0``): a replay, an exact duplicate (its hash indexed,
+  or that of an earlier article of the batch), an empty text, a content-word bitmap of another size;
+* more than ``max_verify`` candidates, a candidate whose record the record store does not hold
+  (evicted from its cache), a rounding at a half (:mod:`stream_dedup.candidate_rules`);
+* an article whose passage step would verify again: a stored article shares ``passage_min_shared``
+  usable anchors with it, or it is a duplicate with boilerplate to discount (:func:`_shares`).
+  Otherwise the step's decision stands and the kernel chooses the lists it joins (:func:`_joins`,
+  as :func:`stream_dedup.passages.posting_writes` does).
+
+A candidate filed earlier in the same call has no record yet (records are written in Python): the
+call stops there too (:data:`STOP_RECORDS`); the caller writes the records of the articles before
+it and calls again from that article.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .jit import compiling, inline, kernel, trusted
+
+if compiling():
+    from .candidate_rules import verify_stored
+    from .list_table import table_members
+    from .simhash_table import file_article, lookup_candidates
+
+__all__ = ["STOP_DONE", "STOP_PYTHON", "STOP_RECORDS", "decide_run"]
+
+STOP_DONE, STOP_RECORDS, STOP_PYTHON = 0, 1, 2
+# per article (float64 columns of the result): candidates verified, best candidate's seq (-1: none),
+# template's seq (-1), its identity agreement, the best's rule bits, direction, Hamming distance,
+# Jaccard and containment (as reported), the template's Jaccard, indexed (0/1), joins its passage lists (0/1),
+# where the best's (else the template's) record is in the record store's buffer and its length
+R_CANDIDATES, R_BEST, R_TEMPLATE, R_AGREED, R_HITS, R_DIRECTION, R_HAMMING, R_JACCARD, R_CONTAINMENT, \
+    R_TEMPLATE_JACCARD, R_INDEXED, R_JOINS, R_AT, R_LENGTH = range(14)
+R_COLUMNS = 14
+# settings (int64): SimHash distance, candidates verified at most, short-text range (low, high), band
+# table cap, passage lists' cap, largest seq the buckets can name, passage_common_docs, passage_min_shared
+K_SIMHASH, K_MAX_VERIFY, K_SHORT_LOW, K_SHORT_HIGH, K_CAP, K_PASSAGE_CAP, K_MAX_SEQ, K_COMMON, K_MIN_SHARED = range(9)
+_O_HITS, _O_DIRECTION, _O_HAMMING, _O_JACCARD, _O_CONTAINMENT = range(5)  # candidate_rules.O_*
+_S_BEST, _S_TEMPLATE, _S_AGREED, _S_UNCERTAIN = range(4)  # candidate_rules.S_*
+
+
+@inline
+def _shares(members, ends, common, min_shared, duplicate):
+    """Whether the passage step needs Python (:meth:`Deduplicator._passages
+    <stream_dedup.engine.Deduplicator._passages>`): a stored article shares at least ``min_shared``
+    usable anchors (lists of fewer than ``common`` members) with the article, or it is a
+    ``duplicate`` with boilerplate (lists that are not usable) to discount."""
+    kept = np.empty(members.shape[0], dtype=np.uint32)
+    nk = 0
+    usable = 0
+    prev = 0
+    for t in range(ends.shape[0]):
+        if ends[t] - prev < common:
+            usable += 1
+            for q in range(prev, ends[t]):
+                kept[nk] = members[q]
+                nk += 1
+        prev = ends[t]
+    if duplicate and usable != ends.shape[0]:
+        return True
+    if nk == 0:
+        return False
+    if min_shared <= 1:
+        return True
+    ordered = np.sort(kept[:nk])
+    run = 1
+    for q in range(1, nk):
+        if ordered[q] == ordered[q - 1]:
+            run += 1
+            if run >= min_shared:
+                return True
+        else:
+            run = 1
+    return False
+
+
+@inline
+def _joins(members, ends, common, found, passed, passing, join):
+    """The passage lists the article joins (:func:`stream_dedup.passages.posting_writes`): ``join[t]``
+    for each of its anchors (those of fewer than ``common`` members, and holding none of the
+    candidates that passed a rule, ``found[passed[:passing]]``); returns how many."""
+    count = 0
+    prev = 0
+    for t in range(ends.shape[0]):
+        ok = ends[t] - prev < common
+        if ok and passing:
+            for q in range(prev, ends[t]):
+                for k in range(passing):
+                    if members[q] == found[passed[k]]:
+                        ok = False
+        join[t] = 1 if ok else 0
+        if ok:
+            count += 1
+        prev = ends[t]
+    return count
+
+
+@kernel
+def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, words, has_words, identity, identity_at,
+               anchors, anchors_at, slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq,
+               mirror_next, meta, fps, tags, seqs, old_fps, old_tags, old_seqs, s_meta, masks, p_slot_keys,
+               p_slot_head, p_node_seq, p_node_next, p_old_keys, p_old_head, p_mirror_seq, p_mirror_next, p_meta,
+               buf, store_keys, store_vals, jaccard_of, jaccard4_of, rules, params, counts, out, summary, passed,
+               starts, lengths, settings, index_below, result, joined, stop):
+    """Decide on articles ``start``, ``start + 1``, ... of a batch (see the module doc) until one
+    that Python must take; return its position (the batch's length when all are done) and say why
+    in ``stop[0]`` (``STOP_*``). Article ``i`` (if ``rows[i] >= 0``, its row in the batch's
+    arrays: bucket ``keys``, SimHash ``permuted`` for each table, signature ``queries`` (int64),
+    ``simhashes``, set ``sizes``, content-word ``words`` (``has_words``), identity sketch and
+    passage anchors (concatenated, row ``r`` from ``*_at[r]`` to ``*_at[r + 1]``)) gets seq
+    ``seq0 + i - start``, is filed in the lists (band table, SimHash tables, passage lists: their
+    arrays) and leaves its decision in ``result[i]`` (``R_*``). ``buf``, ``store_keys``,
+    ``store_vals``: the record store's arrays; ``jaccard_of`` ... ``lengths``: those of
+    :class:`~stream_dedup.candidate_rules.CompiledRules`; ``index_below``: the configuration's
+    ``index_below_similarity``."""
+    n = rows.shape[0]
+    simhash_k = settings[K_SIMHASH]
+    short_low, short_high = settings[K_SHORT_LOW], settings[K_SHORT_HIGH]
+    no_shared = np.zeros(0, dtype=np.int64)
+    no_words = np.zeros(0, dtype=np.uint8)
+    no_keys = np.zeros(0, dtype=np.uint64)
+    no_members = np.zeros(0, dtype=np.uint32)
+    for i in range(start, n):
+        r = rows[i]
+        seq = seq0 + (i - start)
+        if r < 0 or seq > settings[K_MAX_SEQ]:
+            stop[0] = STOP_PYTHON
+            return i
+        size = sizes[r]
+        found = lookup_candidates(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq,
+                                  mirror_next, meta, keys[r], fps, tags, seqs, old_fps, old_tags, old_seqs,
+                                  permuted[r], masks, simhash_k)
+        m = found.shape[0]
+        if m > settings[K_MAX_VERIFY]:
+            stop[0] = STOP_PYTHON
+            return i
+        best = -1
+        template = -1
+        got = 0
+        if m:
+            words_a = words[r] if has_words[r] else no_words
+            got = verify_stored(buf, store_keys, store_vals, found, starts, lengths, queries[r], simhashes[r], size,
+                                jaccard_of, jaccard4_of, rules, params, no_shared, 0, 0.0, words_a, counts,
+                                identity[identity_at[r]:identity_at[r + 1]], out, summary, passed)
+            if got < 0:  # records not held: this call's own articles' (not written yet), or evicted ones
+                stop[0] = STOP_RECORDS
+                for k in range(m):
+                    if starts[k] < 0 and found[k] < seq0:
+                        stop[0] = STOP_PYTHON
+                return i
+            if summary[_S_UNCERTAIN] != 0.0:
+                stop[0] = STOP_PYTHON
+                return i
+            best = int(summary[_S_BEST])
+            template = int(summary[_S_TEMPLATE])
+        contained = False
+        if best >= 0:
+            hits = int(out[_O_HITS, best])
+            contained = (hits & 1) == 0 and (hits & 2) != 0  # the method: containment (not minhash)
+        a_from, a_to = anchors_at[r], anchors_at[r + 1]
+        na = a_to - a_from
+        passage_step = (best < 0 or contained) and na > 0 and not (short_low < size < short_high)
+        ends = np.zeros(na, dtype=np.int64)
+        members = no_members
+        if passage_step:  # (passages.lookup; Python's if the lists share enough with an article)
+            members = table_members(p_slot_keys, p_slot_head, p_node_seq, p_node_next, p_old_keys, p_old_head,
+                                    p_mirror_seq, p_mirror_next, p_meta, anchors[a_from:a_to], ends)
+            if members.shape[0] and _shares(members, ends, settings[K_COMMON], settings[K_MIN_SHARED], best >= 0):
+                stop[0] = STOP_PYTHON
+                return i
+        indexed = not (best >= 0 and out[_O_JACCARD, best] >= index_below)
+        join = joined[a_from:a_to]
+        joins = 0
+        if passage_step and indexed:  # (passages.posting_writes)
+            joins = _joins(members, ends, settings[K_COMMON], found, passed, got, join)
+        res = result[i]
+        res[R_CANDIDATES] = m
+        res[R_BEST] = -1.0
+        res[R_TEMPLATE] = -1.0
+        if best >= 0:
+            res[R_BEST] = found[best]
+            res[R_AT] = starts[best]
+            res[R_LENGTH] = lengths[best]
+            res[R_HITS] = out[_O_HITS, best]
+            res[R_DIRECTION] = out[_O_DIRECTION, best]
+            res[R_HAMMING] = out[_O_HAMMING, best]
+            res[R_JACCARD] = out[_O_JACCARD, best]
+            res[R_CONTAINMENT] = out[_O_CONTAINMENT, best]
+        elif template >= 0:
+            res[R_TEMPLATE] = found[template]
+            res[R_AT] = starts[template]
+            res[R_LENGTH] = lengths[template]
+            res[R_TEMPLATE_JACCARD] = out[_O_JACCARD, template]
+            res[R_AGREED] = summary[_S_AGREED]
+        res[R_INDEXED] = 1.0 if indexed else 0.0
+        res[R_JOINS] = joins
+        adds = no_keys
+        if joins:
+            adds = np.empty(joins, dtype=np.uint64)
+            k = 0
+            for t in range(na):
+                if join[t]:
+                    adds[k] = anchors[a_from + t]
+                    k += 1
+        file_article(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq, mirror_next, meta,
+                     keys[r] if indexed else no_keys, fps, tags, seqs, s_meta, permuted[r] if indexed else no_keys,
+                     masks, p_slot_keys, p_slot_head, p_node_seq, p_node_next, p_old_keys, p_old_head, p_mirror_seq,
+                     p_mirror_next, p_meta, adds, seq, settings[K_CAP], settings[K_PASSAGE_CAP])
+    stop[0] = STOP_DONE
+    return n
+
+
+_decide_run = trusted(decide_run)  # every array made by Builder or the lists' and store's own
