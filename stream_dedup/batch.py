@@ -8,7 +8,7 @@ key of the index at most once: :meth:`prefetch` reads the ids and exact hashes o
 in one multi-get), then from RocksDB. The index is not written while a batch runs (a single
 writer), so what was read stays true until the batch's own writes replace it. The bucket keys and
 permuted SimHashes of the batch's articles are computed for all of them at once
-(:meth:`Prepared.all_keys`).
+(:func:`_batch_keys`).
 
 The in-memory lists (LSH buckets, SimHash tables, passage lists: :mod:`stream_dedup.memory_lists`)
 are derived from RocksDB, and :meth:`insert` files each article in them at once, as one-by-one
@@ -37,7 +37,7 @@ from .batch_decisions import Builder, FiledRun, decide_all
 from .fingerprint import Fingerprint
 from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64, record_writes
 from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
-from .passages import ANCHOR_BYTES, NO_ANCHORS, anchor_bytes
+from .passages import NO_ANCHORS, anchor_bytes
 from .record_store import _store_put
 from .simhash_table import _file_article
 
@@ -120,11 +120,12 @@ def _builder(view: BatchView, prepared: list[Prepared | None], engine: Deduplica
 
 
 def _batch_keys(todo: list[Prepared], buckets: BandTable, tables: PermutedTables,
-                signatures: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bytes]:
-    """The bucket keys and permuted SimHashes of ``todo`` (rows), and their anchors' bytes end to
-    end (the D value of an article whose passage lists are all empty: ~1.2 us an article's numpy
-    calls, made once for the batch)."""
-    keys = buckets.keys(np.stack([p.sig for p in todo]) if signatures is None else signatures)
+                signatures: np.ndarray) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """The bucket keys and permuted SimHashes of ``todo`` (rows; ``signatures``: theirs stacked), and
+    their anchors' bytes end to end (the D value of an article whose passage lists are all empty:
+    ~1.2 us an article's numpy calls, made once for the batch; per article, the keys' two kernel
+    calls and their conversions cost ~7 us)."""
+    keys = buckets.keys(signatures)
     permuted = tables.permute_many(np.array([p.fp.simhash for p in todo], dtype=np.uint64))
     return keys, permuted, anchor_bytes(np.concatenate([p.fp.anchors for p in todo]))
 
@@ -145,23 +146,6 @@ class Prepared:
         if fp.minhash.shape[0] != num_perm:
             raise ValueError(f"fingerprint has {fp.minhash.shape[0]} permutations, index uses {num_perm}")
         return cls(fp, stored_signature(fp.minhash))
-
-    @staticmethod
-    def all_keys(todo: list[Prepared], buckets: BandTable, tables: PermutedTables,
-                 signatures: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`keys` of each of ``todo`` (articles with shingles, at least two) in two kernel calls
-        for all of them (rows of the batch's arrays, returned; per article, the two calls and their
-        conversions cost ~7 us), and their anchors' bytes; ``signatures``: their signatures stacked,
-        if the caller has them. (:func:`_builder` makes the same arrays, given to its articles as needed.)"""
-        keys, permuted, joined = _batch_keys(todo, buckets, tables, signatures)
-        for p, k, q in zip(todo, keys, permuted, strict=True):
-            p.buckets, p.permuted = k, q
-        at = 0
-        for p in todo:
-            n = ANCHOR_BYTES * p.fp.anchors.shape[0]
-            p.anchor_bytes = joined[at:at + n]
-            at += n
-        return keys, permuted
 
     def keys(self, buckets: BandTable, tables: PermutedTables) -> tuple[np.ndarray, np.ndarray]:
         """(LSH bucket keys, SimHash permuted for each table); none for an empty text."""

@@ -106,7 +106,11 @@ class Builder:
         r = self.chosen_row.get(i)
         if r is not None and p is not None and p.buckets is None:
             p.buckets, p.permuted = self.keys[r], self.permuted[r]
-            p.anchor_bytes = self.all_anchor_bytes[ANCHOR_BYTES * self.anchors_at[r]:ANCHOR_BYTES * self.anchors_at[r + 1]]
+            p.anchor_bytes = self._anchor_bytes(r)
+
+    def _anchor_bytes(self, r: int) -> bytes:
+        """The bytes of all the anchors of row ``r`` (:func:`stream_dedup.passages.anchor_bytes`)."""
+        return self.all_anchor_bytes[ANCHOR_BYTES * self.anchors_at[r]:ANCHOR_BYTES * self.anchors_at[r + 1]]
 
     def joins(self, i: int, p: Prepared) -> tuple[np.ndarray, bytes]:
         """The anchors whose passage lists article ``i`` joined (:func:`~stream_dedup.decide_kernel.decide_run` left ``R_JOINS``
@@ -114,7 +118,7 @@ class Builder:
         anchors = p.fp.anchors
         r = self.rows[i]
         if int(self.result[i, R_JOINS]) == anchors.shape[0]:  # all of them (most new articles)
-            return anchors, self.all_anchor_bytes[ANCHOR_BYTES * self.anchors_at[r]:ANCHOR_BYTES * self.anchors_at[r + 1]]
+            return anchors, self._anchor_bytes(r)
         adds = anchors[self.joined[self.anchors_at[r]:self.anchors_at[r + 1]].view(np.bool_)]
         return adds, anchor_bytes(adds)
 
@@ -150,10 +154,10 @@ def decide_all(engine: Deduplicator, view: BatchView, ids: list[str], prepared: 
                                 rules.summary, rules.passed, rules.starts, rules.lengths))
             _note_run(view, builder, prepared, i, stop, seq0)
             decisions += _written(engine, view, builder, ids, prepared, i, stop, nows, checkpoints, receipts)
-            if stop == n or (builder.stop[0] == STOP_RECORDS and stop > i):  # (records written: resume there)
-                i = stop
-                continue
+            resume = builder.stop[0] == STOP_RECORDS and stop > i  # (the records it lacked written: call it again)
             i = stop
+            if i == n or resume:
+                continue
         builder.prepare(i, prepared[i])
         decisions.append(engine._decide(view, ids[i], prepared[i], nows[i], checkpoints[i] if checkpoints else None,
                                         receipts[i] if receipts else None))

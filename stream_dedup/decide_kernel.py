@@ -136,6 +136,7 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
     no_words = np.zeros(0, dtype=np.uint8)
     no_keys = np.zeros(0, dtype=np.uint64)
     no_members = np.zeros(0, dtype=np.uint32)
+    no_ends = np.zeros(0, dtype=np.int64)
     for i in range(start, n):
         r = rows[i]
         seq = seq0 + (i - start)
@@ -176,9 +177,10 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
         a_from, a_to = anchors_at[r], anchors_at[r + 1]
         na = a_to - a_from
         passage_step = (best < 0 or contained) and na > 0 and not (short_low < size < short_high)
-        ends = np.zeros(na, dtype=np.int64)
+        ends = no_ends
         members = no_members
         if passage_step:  # (passages.lookup; Python's if the lists share enough with an article)
+            ends = np.zeros(na, dtype=np.int64)
             members = table_members(p_slot_keys, p_slot_head, p_node_seq, p_node_next, p_old_keys, p_old_head,
                                     p_mirror_seq, p_mirror_next, p_meta, anchors[a_from:a_to], ends)
             if members.shape[0] and _shares(members, ends, settings[K_COMMON], settings[K_MIN_SHARED], best >= 0):

@@ -159,10 +159,11 @@ def test_the_passage_lists_are_rebuilt_from_the_index_when_it_opens(tmp_path: Pa
 
 @pytest.mark.parametrize("common_docs", [0, 2, 50])
 def test_the_joins_of_a_batch_article_are_those_of_one_alone(common_docs: int) -> None:
-    """posting_writes with the anchors' bytes made for the batch (Prepared.all_keys: one
-    anchor_bytes call for all its articles, sliced) gives what it computes alone: every list empty,
-    some held by matched articles, some common, no anchors at all."""
-    from stream_dedup.batch import Prepared
+    """posting_writes with the anchors' bytes made for the batch (batch._batch_keys: one
+    anchor_bytes call for all its articles, sliced by Builder.prepare) gives what it computes alone:
+    every list empty, some held by matched articles, some common, no anchors at all."""
+    from stream_dedup.batch import Prepared, _batch_keys
+    from stream_dedup.batch_decisions import Builder
     from stream_dedup.fingerprint import Fingerprint
     from stream_dedup.list_table import MemberLists
 
@@ -171,7 +172,11 @@ def test_the_joins_of_a_batch_article_are_those_of_one_alone(common_docs: int) -
                        anchors=np.sort(rng.choice(1 << 40, int(n), replace=False)).astype(np.uint64))
            for n in rng.choice([0, 1, 7, 30], 12)]
     todo = [Prepared(fp, np.zeros(8, dtype=">u2")) for fp in fps]
-    Prepared.all_keys(todo, _band_table(), _tables())
+    signatures = np.stack([p.sig for p in todo])
+    keys, permuted, joined = _batch_keys(todo, _band_table(), _tables(), signatures)
+    builder = Builder(len(todo), list(range(len(todo))), todo, [False] * len(todo), keys, permuted, signatures, joined)
+    for i, p in enumerate(todo):
+        builder.prepare(i, p)
     lists = MemberLists(cap=100, slots=64, nodes=64)
     for seq, fp in enumerate(fps[:6]):  # the first articles' passages held by articles 0-5
         if fp.anchors.shape[0]:
