@@ -1,41 +1,41 @@
-"""The batches of ``dedup``: records decided a batch at once, in input order, their fingerprints
-computed ahead in child processes when there is a :class:`~stream_dedup.fingerprint_pool.FingerprintPool`;
+"""The batches of ``dedup``: records decided a batch at once, in input order, read, parsed and
+fingerprinted ahead in child processes when there is a :class:`~stream_dedup.fingerprint_pool.FingerprintPool`;
 a pipe's lines with whether more are ready (:func:`lines_with_readiness`), so that its batches are
 what has arrived.
 
 :meth:`BatchDecider.send` takes the next batch of lines read and gives back the batches whose
-decisions are ready, oldest first: at once without a pool; with one, the batch is handed to the
-pool and the batch before it is decided meanwhile (one batch ahead). :meth:`BatchDecider.drain`
-gives the rest at the end. A pool whose child died is dropped (logged once) and the batches are
-fingerprinted here from then on; a batch that raises is decided again one record at a time, so a
-failing record gets its exception in place of a decision and the others are decided.
+decisions are ready, oldest first: at once without a pool; with one, the batch's byte range goes to
+the pool and the batches :data:`AHEAD` of it are decided meanwhile. :meth:`BatchDecider.drain`
+gives the rest at the end. (A pool whose child died does its chunks in this process from then on.)
+A batch that raises is decided again one record at a time, so a failing record gets its exception
+in place of a decision and the others are decided.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future
 from typing import TYPE_CHECKING
+
+from ..record import PROCESSING_ERROR, RecordError, parse_record
 
 if TYPE_CHECKING:
     from ..config import EngineConfig
     from ..engine import Deduplicator
-    from ..fingerprint import Fingerprint
-    from ..fingerprint_pool import FingerprintFailed, FingerprintPool
+    from ..fingerprint import Fingerprint, Fingerprinter
+    from ..fingerprint_pool import FingerprintFailed, FingerprintPool, Parsed
     from ..record import Article
-
-log = logging.getLogger("stream_dedup")
 
 AUTO_POOL_BYTES = 1 << 20  # an input file this large gets a fingerprint process by default (it starts in ~10 ms)
 #: bytes a pipe is read per call, and read at most without waiting before its lines are handed on
 READ_BYTES, READY_BYTES = 1 << 16, 1 << 20
 
-#: a line read: (line number, bytes, the line, its article or None, the error that rejects it or None)
-Line = tuple[int, int, bytes, "Article | None", "Exception | None"]
+AHEAD = 2  # batches handed to the pool before the oldest is decided: the pool has work while one is decided
+#: a line read: (line number, bytes, the line, its article (or what a fingerprint process parsed of it) or
+#: None, the error that rejects it or None)
+Line = tuple[int, int, bytes, "Article | Parsed | None", "Exception | None"]
 #: a batch of lines and the decision (or exception) of each of its articles, in order
 Decided = tuple[list[Line], list[object]]
 
@@ -83,39 +83,50 @@ def _pipe_lines(fd: int) -> Iterator[tuple[bytes, bool]]:
         yield tail, False
 
 
-def fingerprint_pool(processes: int | None, config: EngineConfig, input_bytes: int | None) -> FingerprintPool | None:
-    """The pool of ``--fingerprint-processes`` (None: one for an input file of at least
-    :data:`AUTO_POOL_BYTES` when this process may use two cores or more), or None for none."""
+def fingerprint_pool(processes: int | None, config: EngineConfig, input_bytes: int | None, fd: int,
+                     fingerprinter: Fingerprinter) -> FingerprintPool | None:
+    """The pool of ``--fingerprint-processes`` reading the file ``fd`` (None: one for an input file of
+    at least :data:`AUTO_POOL_BYTES` when this process may use two cores or more), or None for none."""
     if processes is None:
         processes = int(input_bytes is not None and input_bytes >= AUTO_POOL_BYTES and len(os.sched_getaffinity(0)) > 1)
     if not processes:
         return None
     from ..fingerprint_pool import FingerprintPool
 
-    return FingerprintPool(config, processes)
+    return FingerprintPool(config, processes, fd, fingerprinter)
 
 
 class BatchDecider:
-    """Decides batches of lines for ``dedup`` in order, ``checkpoint`` naming the input (see the module doc)."""
+    """Decides batches of lines for ``dedup`` in order, ``checkpoint`` naming the input (see the module doc).
+
+    Without a pool the lines come parsed; with one they come as read (:attr:`parses`), and each
+    batch with the byte offset of its first line in the file: the pool's processes read, parse and
+    fingerprint them, and the decided batch's lines carry what they found."""
 
     def __init__(self, dedup: Deduplicator, pool: FingerprintPool | None, checkpoint: str) -> None:
         self.dedup, self.pool, self.checkpoint = dedup, pool, checkpoint
-        # sent to the pool, oldest first: the lines, their articles, the futures of their fingerprints
-        self.in_flight: deque[tuple[list[Line], list[Article], list[Future] | None]] = deque()
+        # sent on, oldest first: the lines, and with a pool the numbers of their chunks
+        self.in_flight: deque[tuple[list[Line], list[int] | None]] = deque()
 
-    def send(self, batch: list[Line]) -> Iterator[Decided]:
-        """Take ``batch``; yield the batches decided meanwhile (this one too without a pool)."""
-        from ..fingerprint_pool import PoolBroken
+    @property
+    def parses(self) -> bool:
+        """Whether the lines are parsed here (by the pool's processes), not by the caller."""
+        return self.pool is not None
 
-        articles = [article for _, _, _, article, _ in batch if article is not None]
-        futures = None
+    def send(self, batch: list[Line], start: int = 0) -> Iterator[Decided]:
+        """Take ``batch`` (its first line at byte ``start`` of the file); yield the batches decided
+        meanwhile (this one too without a pool)."""
+        chunks = None
         if self.pool is not None:
-            try:
-                futures = self.pool.submit(articles)
-            except PoolBroken as exc:
-                self._lost(exc)
-        self.in_flight.append((batch, articles, futures))
-        while len(self.in_flight) > (1 if self.pool is not None else 0):
+            from ..fingerprint_pool import CHUNK_LINES
+
+            chunks = []
+            for i in range(0, len(batch), CHUNK_LINES):
+                lengths = [nbytes for _, nbytes, _, _, _ in batch[i:i + CHUNK_LINES]]
+                chunks.append(self.pool.submit(start, lengths))
+                start += sum(lengths)
+        self.in_flight.append((batch, chunks))
+        while len(self.in_flight) > (AHEAD if self.pool is not None else 0):
             yield self._decide(*self.in_flight.popleft())
 
     def drain(self) -> Iterator[Decided]:
@@ -132,24 +143,42 @@ class BatchDecider:
         if self.pool is not None:
             self.pool.close()
 
-    def _lost(self, exc: Exception) -> None:
-        """A fingerprint process died: say so once, and fingerprint in this process from here on."""
-        if self.pool is not None:
-            log.warning("a fingerprint process died (%s): fingerprinting in this process from here on", exc)
-            self.pool.close()
-            self.pool = None
-
-    def _decide(self, batch: list[Line], articles: list[Article], futures: list[Future] | None) -> Decided:
-        from ..fingerprint_pool import FingerprintPool, PoolBroken
+    def _decide(self, batch: list[Line], chunks: list[int] | None) -> Decided:
+        from ..fingerprint import Fingerprint
 
         fingerprints = None
-        if futures is not None:
-            try:
-                fingerprints = FingerprintPool.fingerprints(futures)
-            except PoolBroken as exc:
-                self._lost(exc)
+        if chunks is not None:
+            batch, fingerprints = self._parsed(batch, chunks)
+        articles = [article for _, _, _, article, _ in batch if article is not None]
         checkpoints = [(self.checkpoint, n) for n, _, _, article, _ in batch if article is not None]
+        if fingerprints is not None and any(not isinstance(fp, Fingerprint) for fp in fingerprints):
+            # (rare: a text whose fingerprint raised: the batch is decided from the texts, where it raises again)
+            articles = [parse_record(raw, self.dedup.config) for _, _, raw, article, _ in batch if article is not None]
+            fingerprints = None
         return batch, decide_batch(self.dedup, articles, checkpoints, fingerprints)
+
+    def _parsed(self, batch: list[Line], chunks: list[int]) -> tuple[list[Line], list[Fingerprint | FingerprintFailed]]:
+        """The batch's lines with what the pool found in them (a line it could not parse parsed here
+        again, for its error), and its records' fingerprints."""
+        from ..fingerprint_pool import CHUNK_LINES, REPARSE
+
+        lines: list[Line] = []
+        fingerprints: list[Fingerprint | FingerprintFailed] = []
+        for i, number in enumerate(chunks):
+            parsed, fps = self.pool.result(number)  # type: ignore[union-attr]
+            fingerprints += fps
+            for (lineno, nbytes, raw, _, _), found in zip(batch[i * CHUNK_LINES:(i + 1) * CHUNK_LINES], parsed,
+                                                          strict=True):
+                error: Exception | None = None
+                if found == REPARSE:
+                    found = None
+                    try:
+                        parse_record(raw, self.dedup.config)
+                        error = RecordError(PROCESSING_ERROR, "the record parsed here but not in a fingerprint process")
+                    except (RecordError, UnicodeEncodeError) as err:
+                        error = err
+                lines.append((lineno, nbytes, raw, found, error))  # type: ignore[arg-type]
+        return lines, fingerprints
 
 
 def decide_batch(dedup: Deduplicator, articles: list[Article], checkpoints: list[tuple[str, int]],

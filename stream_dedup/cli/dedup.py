@@ -253,9 +253,12 @@ def run_dedup(args: argparse.Namespace) -> int:
         lines = ((line, True) for line in source) if is_file else lines_with_readiness(source)
         pending: list[Line] = []  # lines read, not yet sent to be decided
         # a file's next batch is fingerprinted in a child process meanwhile (a pipe's batch is decided at once)
-        decider = BatchDecider(dedup, fingerprint_pool(args.fingerprint_processes, config, total)
-                               if is_file else None, ckpt)
+        decider = BatchDecider(dedup, fingerprint_pool(args.fingerprint_processes, config, total, source.fileno(),
+                                                       dedup.fingerprinter) if is_file else None, ckpt)
         stack.callback(decider.close)
+        parses_elsewhere = decider.parses  # (the pool's processes parse the lines)
+        # byte offsets in the file: where the next line starts, where the pending lines do
+        offset = pending_at = source.tell() if is_file else 0
         # the lists' snapshot now and then, between batches (the last one at the end: Index.close)
         from ..lists_snapshot import SnapshotSchedule
         snapshots = SnapshotSchedule(dedup.index, snapshot_every) if state_arg and snapshot_every else None
@@ -264,7 +267,7 @@ def run_dedup(args: argparse.Namespace) -> int:
             """Hand the pending records on; write what is decided."""
             batch = pending.copy()
             pending.clear()
-            for decided in decider.send(batch):
+            for decided in decider.send(batch, pending_at):
                 write(decided)
 
         def write(decided: Decided) -> None:
@@ -313,6 +316,9 @@ def run_dedup(args: argparse.Namespace) -> int:
         try:
             try:
                 for lineno, (raw, more) in enumerate(lines, 1):  # noqa: B007 - lineno: the resume point after the loop
+                    if not pending:
+                        pending_at = offset
+                    offset += len(raw)
                     if lineno <= start_after:
                         summary.skipped += 1
                         progress.update(summary, len(raw))
@@ -321,7 +327,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                     nbytes = len(raw)
                     raw = raw.rstrip(b"\r\n")
                     article, error = None, None
-                    if raw.strip():
+                    if raw.strip() and not parses_elsewhere:
                         try:
                             article = parse_record(raw, config)
                         except (RecordError, UnicodeEncodeError) as err:

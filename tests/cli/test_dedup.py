@@ -440,8 +440,9 @@ def test_a_text_that_fails_in_a_fingerprint_process_is_rejected_alone(tmp_path: 
 
 def test_a_fingerprint_process_that_dies_costs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        caplog: pytest.LogCaptureFixture) -> None:
-    """A child killed mid-run (here: it exits while fingerprinting one text): the run says so once and
-    fingerprints in its own process from there; every record still gets the event of a run without children."""
+    """A child killed mid-run (here: it exits at its 100th text, in its second chunk): the run says so
+    once and reads and fingerprints in its own process from there; every record still gets the event
+    of a run without children."""
     import multiprocessing
 
     from stream_dedup.fingerprint import Fingerprinter
@@ -453,8 +454,11 @@ def test_a_fingerprint_process_that_dies_costs_nothing(tmp_path: Path, monkeypat
     assert run(["dedup", str(inp), "--out", str(tmp_path / "ref.jsonl"), "-q", "--fingerprint-processes", "0"]) == 0
     unflagged = Fingerprinter.unflagged
 
+    seen = [0]  # texts this process fingerprinted (a child counts its own from the fork)
+
     def dying(self, text):
-        if " tale 700 " in text and multiprocessing.parent_process() is not None:
+        seen[0] += 1
+        if seen[0] == 100 and multiprocessing.parent_process() is not None:
             os._exit(3)
         return unflagged(self, text)
 
