@@ -122,8 +122,9 @@ def _fingerprints(fingerprinter: Fingerprinter, texts: list[tuple[str, bool]]) -
 
 
 def _serve(tasks: Connection, results: Connection, fd: int, config: EngineConfig, parent: int) -> None:
-    """A child's loop: ``(number, start, lengths)`` in, ``(number, result)`` out (the result's
-    fingerprints as one :class:`FingerprintBatch`: one pickle of a few arrays)."""
+    """A child's loop: ``(number, start, lengths)`` in, ``(number, lines, fingerprints)`` out (the
+    fingerprints as one :class:`FingerprintBatch`: one pickle of a few arrays; ``None, None`` if
+    reading the chunk raised)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     fingerprinter = Fingerprinter(config)
@@ -138,7 +139,11 @@ def _serve(tasks: Connection, results: Connection, fd: int, config: EngineConfig
         if task is None:
             return
         number, start, lengths = task
-        lines, fps = read_chunk(fingerprinter, config, fd, start, lengths)
+        try:
+            lines, fps = read_chunk(fingerprinter, config, fd, start, lengths)
+        except Exception:  # noqa: BLE001 - e.g. the file cut short: the caller does the chunk and gets the error
+            results.send((number, None, None))
+            continue
         if all(isinstance(fp, Fingerprint) for fp in fps):
             results.send((number, lines, FingerprintBatch.of_fingerprints(fps)))  # type: ignore[arg-type]
         else:
@@ -163,7 +168,7 @@ class FingerprintPool:
         self.processes = processes
         self._queued: deque[int] = deque()  # chunk numbers not sent to a child, oldest first
         self._chunks: dict[int, tuple[int, list[int]]] = {}  # number -> (start, lengths), until its result is taken
-        self._done: dict[int, ChunkResult] = {}
+        self._done: dict[int, ChunkResult | None] = {}  # results back (None: the chunk raised in a child)
         self._held_by: dict[int, _Child] = {}
         self._next = 0
         self.stolen = 0  # chunks this process did itself
@@ -195,8 +200,11 @@ class FingerprintPool:
 
     def result(self, number: int) -> ChunkResult:
         """Chunk ``number``'s result (done here if no child has it; while waiting, the last queued chunks are done here)."""
-        while number not in self._done:
-            if number in self._queued:  # needed now: no child has started it
+        while self._done.get(number) is None:
+            if number in self._done:  # it raised in a child
+                del self._done[number]
+                self._here(number)
+            elif number in self._queued:  # needed now: no child has started it
                 self._queued.remove(number)
                 self._here(number)
             elif self._queued:  # a child has it: do the chunk the children would reach last meanwhile
@@ -205,7 +213,7 @@ class FingerprintPool:
             else:
                 self._collect(timeout=None, child=self._held_by[number])
         del self._chunks[number]
-        return self._done.pop(number)
+        return self._done.pop(number)  # type: ignore[return-value]
 
     def close(self) -> None:
         """Stop the children (chunks they hold are abandoned)."""
@@ -241,11 +249,11 @@ class FingerprintPool:
                     try:
                         while True:
                             number, lines, fps = c.results.recv()
-                            if isinstance(fps, FingerprintBatch):
-                                fps = fps.fingerprints()
-                            self._done[number] = (lines, fps)
                             del self._held_by[number]
                             c.held -= 1
+                            # (None: it raised there; the chunk is done here when asked for, and raises here)
+                            self._done[number] = None if lines is None else (
+                                lines, fps.fingerprints() if isinstance(fps, FingerprintBatch) else fps)
                             if not c.results.poll():
                                 break
                     except (EOFError, OSError) as exc:

@@ -69,8 +69,8 @@ def configure_dedup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress bar and no summary (errors are still printed)")
     p.add_argument("--fingerprint-processes", type=int, default=None, metavar="N",
-                   help="child processes that fingerprint the next batches while the decisions of the last one "
-                        "are made (0 = none, all in this process; default: 1 for an input file over "
+                   help="child processes that read, parse and fingerprint the next batches of an input file while "
+                        "the older ones are decided (0 = none, all in this process; default: 1 for an input file over "
                         f"{AUTO_POOL_BYTES // 2**20} MB on a machine with 2 cores or more, else 0). The decisions "
                         "are the same")
     p.add_argument("--stats-every", type=int, default=0, metavar="N",
