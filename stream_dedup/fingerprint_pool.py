@@ -49,7 +49,7 @@ __all__ = ["CHUNK_LINES", "ChunkResult", "FingerprintFailed", "FingerprintPool",
 
 log = logging.getLogger("stream_dedup")
 
-CHUNK_LINES = 64  # lines a child (or the caller) takes at a time: a quarter of a dedup batch
+CHUNK_LINES = 256  # lines a child (or the caller) takes at a time: a dedup batch (128: ~2 % slower, 64: ~8 %)
 HELD = 2  # chunks sent to a child and not yet back: one it works on, one waiting for it
 _RESULTS_PIPE_BYTES = 1 << 20  # a few chunks' results (~1 kB a record) fit: a child never waits to write
 REPARSE = "reparse"  # a line's mark when it does not parse: the caller parses it and raises its error
