@@ -83,8 +83,10 @@ def _pread(fd: int, start: int, size: int) -> bytes:
 
 
 def read_chunk(fingerprinter: Fingerprinter, config: EngineConfig, fd: int, start: int,
-               lengths: list[int]) -> ChunkResult:
-    """The lines of ``lengths`` bytes each from byte ``start`` of ``fd``: parsed and fingerprinted (see the module doc)."""
+               lengths: list[int]) -> tuple[list[Parsed | str | None], FingerprintBatch | list[Fingerprint | FingerprintFailed]]:
+    """The lines of ``lengths`` bytes each from byte ``start`` of ``fd``: parsed and fingerprinted
+    (see the module doc; the fingerprints as one :class:`FingerprintBatch`, one pickle of a few
+    arrays, unless a text raised: then a list)."""
     data = _pread(fd, start, sum(lengths))
     lines: list[Parsed | str | None] = []
     texts: list[tuple[str, bool]] = []
@@ -105,11 +107,12 @@ def read_chunk(fingerprinter: Fingerprinter, config: EngineConfig, fd: int, star
     return lines, _fingerprints(fingerprinter, texts)
 
 
-def _fingerprints(fingerprinter: Fingerprinter, texts: list[tuple[str, bool]]) -> list[Fingerprint | FingerprintFailed]:
+def _fingerprints(fingerprinter: Fingerprinter,
+                  texts: list[tuple[str, bool]]) -> FingerprintBatch | list[Fingerprint | FingerprintFailed]:
     """The texts' fingerprints in one call; if that raises, one at a time (the text that raises gets
     :class:`FingerprintFailed`, the others their fingerprints)."""
     try:
-        return FingerprintBatch.of(fingerprinter, texts).fingerprints()  # type: ignore[return-value]
+        return FingerprintBatch.of(fingerprinter, texts)
     except Exception:  # noqa: BLE001, S110 - one at a time below: the failing text gets its message
         pass
     out: list[Fingerprint | FingerprintFailed] = []
@@ -140,14 +143,16 @@ def _serve(tasks: Connection, results: Connection, fd: int, config: EngineConfig
             return
         number, start, lengths = task
         try:
-            lines, fps = read_chunk(fingerprinter, config, fd, start, lengths)
+            found = read_chunk(fingerprinter, config, fd, start, lengths)
         except Exception:  # noqa: BLE001 - e.g. the file cut short: the caller does the chunk and gets the error
-            results.send((number, None, None))
-            continue
-        if all(isinstance(fp, Fingerprint) for fp in fps):
-            results.send((number, lines, FingerprintBatch.of_fingerprints(fps)))  # type: ignore[arg-type]
-        else:
-            results.send((number, lines, fps))
+            found = (None, None)
+        results.send((number, *found))
+
+
+def _taken(lines: list[Parsed | str | None],
+           fps: FingerprintBatch | list[Fingerprint | FingerprintFailed]) -> ChunkResult:
+    """:func:`read_chunk`'s result as :meth:`FingerprintPool.result` gives it (one fingerprint per record)."""
+    return lines, fps.fingerprints() if isinstance(fps, FingerprintBatch) else fps  # type: ignore[return-value]
 
 
 @dataclass(slots=True)
@@ -233,7 +238,7 @@ class FingerprintPool:
 
     def _here(self, number: int) -> None:
         start, lengths = self._chunks[number]
-        self._done[number] = read_chunk(self.fingerprinter, self.config, self.fd, start, lengths)
+        self._done[number] = _taken(*read_chunk(self.fingerprinter, self.config, self.fd, start, lengths))
         self.stolen += 1
 
     def _collect(self, timeout: float | None, child: _Child | None = None) -> None:
@@ -252,8 +257,7 @@ class FingerprintPool:
                             del self._held_by[number]
                             c.held -= 1
                             # (None: it raised there; the chunk is done here when asked for, and raises here)
-                            self._done[number] = None if lines is None else (
-                                lines, fps.fingerprints() if isinstance(fps, FingerprintBatch) else fps)
+                            self._done[number] = None if lines is None else _taken(lines, fps)
                             if not c.results.poll():
                                 break
                     except (EOFError, OSError) as exc:

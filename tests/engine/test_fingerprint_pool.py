@@ -73,7 +73,8 @@ def test_read_chunk_is_parse_and_fingerprint_of_each_line(tmp_path: Path) -> Non
     path.write_bytes(b"".join(lines))
     with path.open("rb") as f:
         for (start, lengths), i in zip(_chunks(lines, 50), range(0, 120, 50), strict=True):
-            assert read_chunk(FPR, CONFIG, f.fileno(), start, lengths) == _expected(lines[i:i + 50])
+            parsed, batch = read_chunk(FPR, CONFIG, f.fileno(), start, lengths)
+            assert (parsed, batch.fingerprints()) == _expected(lines[i:i + 50])
 
 
 @pytest.mark.parametrize("processes", [1, 2])
