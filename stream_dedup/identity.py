@@ -48,8 +48,11 @@ import numpy as np
 from .fold_table import fold_bytes, fold_identity_text
 from .folding import fold
 from .hashing import token_hash
-from .jit import inline, kernel, trusted
-from .kernels import _fmix, _murmur3_64_padded
+from .jit import compiling, inline, kernel, trusted
+from .kernels import _fmix, _murmur3_64_at
+
+if compiling():  # (numba intrinsics: defined only when the kernels are compiled)
+    from .kernels import _address, _load_u8_at
 from .text import ascii_equivalent
 
 IDENTITY_K = 24  # pairs kept per kind (numbers, names): a sketch holds at most 48
@@ -129,6 +132,21 @@ def _word_run(values, word, i):
     digits = True
     while i < values.shape[0] and word[values[i]]:
         if not (48 <= values[i] <= 57):
+            digits = False
+        i += 1
+    return i, digits
+
+
+@inline
+def _byte_run(address, n, word_address, i):
+    """:func:`_word_run` over the ``n`` bytes at ``address``, ``word`` the bool table at ``word_address``
+    (:func:`stream_dedup.kernels._address`: no array argument in a call made for every token)."""
+    digits = True
+    while i < n:
+        c = _load_u8_at(address, i)
+        if not _load_u8_at(word_address, c):
+            break
+        if not (48 <= c <= 57):
             digits = False
         i += 1
     return i, digits
@@ -277,12 +295,14 @@ def _joins_numbers(c):
 
 
 @inline
-def _is_name(buf, s):
-    """Whether the word starting at ``buf[s]`` is a name: a capital after a space that follows a
-    lower-case ASCII letter, a digit, ``,``, ``;`` or ``:`` (inside a sentence)."""
-    if not (65 <= buf[s] <= 90 and s >= 2 and buf[s - 1] == 32):
+def _is_name(address, s):
+    """Whether the word starting at byte ``s`` of the buffer at ``address`` (:func:`stream_dedup.kernels._address`)
+    is a name: a capital after a space that follows a lower-case ASCII letter, a digit, ``,``, ``;``
+    or ``:`` (inside a sentence)."""
+    c = _load_u8_at(address, s)
+    if not (65 <= c <= 90 and s >= 2 and _load_u8_at(address, s - 1) == 32):
         return False
-    p = buf[s - 2]
+    p = _load_u8_at(address, s - 2)
     return (97 <= p <= 122) or (48 <= p <= 57) or p == 44 or p == 59 or p == 58
 
 
@@ -313,7 +333,7 @@ def identity_pairs_ascii(buf, word, seed):
             i += 1
             continue
         s = i
-        i, digits = _word_run(buf, word, i)
+        i, digits = _byte_run(_address(buf), n, _address(word), i)
         if digits:  # join digit runs across one . , : / (the next run all digits)
             while i + 1 < n and _joins_numbers(buf[i]) and 48 <= buf[i + 1] <= 57:
                 j = i + 1
@@ -322,10 +342,10 @@ def identity_pairs_ascii(buf, word, seed):
                 if j < n and word[buf[j]]:
                     break
                 i = j
-        if digits or _is_name(buf, s):
-            h = _murmur3_64_padded(low, s, i, seed)
-            prev1 = _murmur3_64_padded(low, s1, e1, seed) if s1 >= 0 else np.uint64(0)
-            prev2 = _murmur3_64_padded(low, s2, e2, seed) if s2 >= 0 else np.uint64(0)
+        if digits or _is_name(_address(buf), s):
+            h = _murmur3_64_at(_address(low), s, i, seed)
+            prev1 = _murmur3_64_at(_address(low), s1, e1, seed) if s1 >= 0 else np.uint64(0)
+            prev2 = _murmur3_64_at(_address(low), s2, e2, seed) if s2 >= 0 else np.uint64(0)
             out[m] = _packed_pair(h, prev1, prev2, digits)
             m += 1
         s2, e2 = s1, e1
@@ -334,10 +354,11 @@ def identity_pairs_ascii(buf, word, seed):
 
 
 @inline
-def _all_digits(buf, start, end):
-    """Whether ``buf[start:end]`` is all ASCII digits."""
+def _all_digits(address, start, end):
+    """Whether bytes ``start:end`` of the buffer at ``address`` are all ASCII digits."""
     for j in range(start, end):
-        if not (48 <= buf[j] <= 57):
+        c = _load_u8_at(address, j)
+        if not (48 <= c <= 57):
             return False
     return True
 
@@ -365,20 +386,20 @@ def identity_pairs_runs(buf, low, starts, ends, seed):
         s = starts[r]
         i = ends[r]
         r += 1
-        digits = _all_digits(buf, s, i)
+        digits = _all_digits(_address(buf), s, i)
         if digits:  # join the next runs across one . , : / while they are all digits
             while r < runs and starts[r] == i + 1 and _joins_numbers(buf[i]) and 48 <= buf[i + 1] <= 57 \
-                    and _all_digits(buf, starts[r], ends[r]):
+                    and _all_digits(_address(buf), starts[r], ends[r]):
                 i = ends[r]
                 r += 1
-        ident = digits or _is_name(buf, s)
+        ident = digits or _is_name(_address(buf), s)
         h = np.uint64(0)
         if ident:
-            h = _murmur3_64_padded(low, s, i, seed)
+            h = _murmur3_64_at(_address(low), s, i, seed)
             if s1 >= 0 and not known1:
-                h1 = _murmur3_64_padded(low, s1, e1, seed)
+                h1 = _murmur3_64_at(_address(low), s1, e1, seed)
             if s2 >= 0 and not known2:
-                h2 = _murmur3_64_padded(low, s2, e2, seed)
+                h2 = _murmur3_64_at(_address(low), s2, e2, seed)
             out[m] = _packed_pair(h, h1 if s1 >= 0 else np.uint64(0), h2 if s2 >= 0 else np.uint64(0), digits)
             m += 1
             known1 = known2 = True  # (both hashed now, where they exist)
