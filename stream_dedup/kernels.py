@@ -62,6 +62,46 @@ if compiling():  # numba intrinsics, only read by numba when it compiles the ker
         return types.uint8(types.int64, offset), codegen
 
     @intrinsic
+    def _store_u8_at(typingctx, address, offset, value):  # noqa: ARG001 - numba's signature
+        """Set the byte at ``address + offset`` to ``value`` (unchecked)."""
+        if not isinstance(offset, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            at = builder.add(args[0], context.cast(builder, args[1], signature.args[1], types.int64))
+            byte = context.cast(builder, args[2], signature.args[2], types.uint8)
+            builder.store(byte, builder.inttoptr(at, ir.IntType(8).as_pointer()))
+            return context.get_dummy_value()
+
+        return types.void(types.int64, offset, value), codegen
+
+    @intrinsic
+    def _u64_item(typingctx, address, index):  # noqa: ARG001 - numba's signature
+        """Item ``index`` of the uint64 array at ``address`` (unchecked)."""
+        if not isinstance(index, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            base = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+            return builder.load(builder.gep(base, [context.cast(builder, args[1], signature.args[1], types.int64)]))
+
+        return types.uint64(types.int64, index), codegen
+
+    @intrinsic
+    def _set_u64_item(typingctx, address, index, value):  # noqa: ARG001 - numba's signature
+        """Set item ``index`` of the uint64 array at ``address`` to ``value`` (unchecked)."""
+        if not isinstance(index, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            base = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+            at = builder.gep(base, [context.cast(builder, args[1], signature.args[1], types.int64)])
+            builder.store(context.cast(builder, args[2], signature.args[2], types.uint64), at)
+            return context.get_dummy_value()
+
+        return types.void(types.int64, index, value), codegen
+
+    @intrinsic
     def _load_u64_at(typingctx, address, offset):  # noqa: ARG001 - numba's signature
         """The 8 bytes at ``address + offset`` as a little-endian uint64 (one unaligned load; x86-64
         and arm64 are little-endian), unchecked: the caller's buffer holds them."""
@@ -604,15 +644,16 @@ def _set_slots(n):
 
 @inline
 def _set_add(table, used, v, mask):
-    """Add the uint64 ``v`` to the open-addressing set ``table``/``used`` (linear probing, ``mask``
-    its size - 1): True if it was not in it (:func:`count_distinct`, :func:`distinct_union`)."""
+    """Add the uint64 ``v`` to the open-addressing set at ``table`` (uint64) / ``used`` (bool), their
+    addresses (:func:`_address`), linear probing, ``mask`` its size - 1: True if it was not in it
+    (:func:`count_distinct`, :func:`distinct_union`)."""
     h = int((v * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
-    while used[h] and table[h] != v:
+    while _load_u8_at(used, h) and _u64_item(table, h) != v:
         h = (h + 1) & mask
-    if used[h]:
+    if _load_u8_at(used, h):
         return False
-    used[h] = True
-    table[h] = v
+    _store_u8_at(used, h, 1)
+    _set_u64_item(table, h, v)
     return True
 
 
@@ -632,7 +673,7 @@ def distinct_union(a, b):
     k = 0
     for i in range(n):
         v = a[i] if i < a.shape[0] else b[i - a.shape[0]]
-        if _set_add(table, used, np.uint64(v), size - 1):
+        if _set_add(_address(table), _address(used), np.uint64(v), size - 1):
             out[k] = v
             k += 1
     distinct = out[:k]
@@ -658,7 +699,7 @@ def count_distinct(values):
     used = np.zeros(size, dtype=np.bool_)
     distinct = 0
     for i in range(m):
-        if _set_add(table, used, values[i], size - 1):
+        if _set_add(_address(table), _address(used), values[i], size - 1):
             distinct += 1
     return distinct
 
