@@ -52,6 +52,16 @@ def _same_ascii_words(word, id_word):
 def fingerprint_folded(buf, is_ascii, t_map, t_lengths, t_offsets, t_pool, t_flags, i_map, i_lengths, i_offsets,
                        i_pool, i_flags, word, seed, k, a_lo, a_hi, b, window, max_anchors, stop, shift, keep_words,
                        identity_on, id_word, id_seed, id_k):
+    """:func:`_fingerprint_one` of one text."""
+    return _fingerprint_one(buf, is_ascii, t_map, t_lengths, t_offsets, t_pool, t_flags, i_map, i_lengths, i_offsets,
+                            i_pool, i_flags, word, seed, k, a_lo, a_hi, b, window, max_anchors, stop, shift,
+                            keep_words, identity_on, id_word, id_seed, id_k)
+
+
+@inline
+def _fingerprint_one(buf, is_ascii, t_map, t_lengths, t_offsets, t_pool, t_flags, i_map, i_lengths, i_offsets,
+                     i_pool, i_flags, word, seed, k, a_lo, a_hi, b, window, max_anchors, stop, shift, keep_words,
+                     identity_on, id_word, id_seed, id_k):
     """The UTF-8 text ``buf`` (``is_ascii`` if it is ASCII): (status, distinct shingles, MinHash
     minima, SimHash, token hashes, anchors, content-word bitmap bytes, identity sketch), as
     :meth:`Fingerprinter.fingerprint_text` computes them (``t_*``: the tokens' fold table,
@@ -124,7 +134,7 @@ def fingerprint_many(buf, starts, ascii_flags, t_map, t_lengths, t_offsets, t_po
     parts_identity = [np.zeros(0, dtype=np.uint32)]
     totals = np.zeros(3, dtype=np.int64)
     for i in range(n):
-        st, cnt, mins, sim, th, anchors, words, identity = fingerprint_folded(
+        st, cnt, mins, sim, th, anchors, words, identity = _fingerprint_one(
             buf[starts[i]:starts[i + 1]], ascii_flags[i], t_map, t_lengths, t_offsets, t_pool, t_flags, i_map,
             i_lengths, i_offsets, i_pool, i_flags, word, seed, k, a_lo, a_hi, b, window, max_anchors, stop, shift,
             keep_words, identity_on, id_word, id_seed, id_k)
