@@ -52,7 +52,7 @@ from .jit import compiling, inline, kernel, trusted
 from .kernels import _fmix, _murmur3_64_at
 
 if compiling():  # (numba intrinsics: defined only when the kernels are compiled)
-    from .kernels import _address, _load_u8_at
+    from .addresses import address_of, load_u8
 from .text import ascii_equivalent
 
 IDENTITY_K = 24  # pairs kept per kind (numbers, names): a sketch holds at most 48
@@ -140,11 +140,11 @@ def _word_run(values, word, i):
 @inline
 def _byte_run(address, n, word_address, i):
     """:func:`_word_run` over the ``n`` bytes at ``address``, ``word`` the bool table at ``word_address``
-    (:func:`stream_dedup.kernels._address`: no array argument in a call made for every token)."""
+    (:func:`stream_dedup.addresses.address_of`: no array argument in a call made for every token)."""
     digits = True
     while i < n:
-        c = _load_u8_at(address, i)
-        if not _load_u8_at(word_address, c):
+        c = load_u8(address, i)
+        if not load_u8(word_address, c):
             break
         if not (48 <= c <= 57):
             digits = False
@@ -296,13 +296,13 @@ def _joins_numbers(c):
 
 @inline
 def _is_name(address, s):
-    """Whether the word starting at byte ``s`` of the buffer at ``address`` (:func:`stream_dedup.kernels._address`)
+    """Whether the word starting at byte ``s`` of the buffer at ``address`` (:func:`stream_dedup.addresses.address_of`)
     is a name: a capital after a space that follows a lower-case ASCII letter, a digit, ``,``, ``;``
     or ``:`` (inside a sentence)."""
-    c = _load_u8_at(address, s)
-    if not (65 <= c <= 90 and s >= 2 and _load_u8_at(address, s - 1) == 32):
+    c = load_u8(address, s)
+    if not (65 <= c <= 90 and s >= 2 and load_u8(address, s - 1) == 32):
         return False
-    p = _load_u8_at(address, s - 2)
+    p = load_u8(address, s - 2)
     return (97 <= p <= 122) or (48 <= p <= 57) or p == 44 or p == 59 or p == 58
 
 
@@ -333,7 +333,7 @@ def identity_pairs_ascii(buf, word, seed):
             i += 1
             continue
         s = i
-        i, digits = _byte_run(_address(buf), n, _address(word), i)
+        i, digits = _byte_run(address_of(buf), n, address_of(word), i)
         if digits:  # join digit runs across one . , : / (the next run all digits)
             while i + 1 < n and _joins_numbers(buf[i]) and 48 <= buf[i + 1] <= 57:
                 j = i + 1
@@ -342,10 +342,10 @@ def identity_pairs_ascii(buf, word, seed):
                 if j < n and word[buf[j]]:
                     break
                 i = j
-        if digits or _is_name(_address(buf), s):
-            h = _murmur3_64_at(_address(low), s, i, seed)
-            prev1 = _murmur3_64_at(_address(low), s1, e1, seed) if s1 >= 0 else np.uint64(0)
-            prev2 = _murmur3_64_at(_address(low), s2, e2, seed) if s2 >= 0 else np.uint64(0)
+        if digits or _is_name(address_of(buf), s):
+            h = _murmur3_64_at(address_of(low), s, i, seed)
+            prev1 = _murmur3_64_at(address_of(low), s1, e1, seed) if s1 >= 0 else np.uint64(0)
+            prev2 = _murmur3_64_at(address_of(low), s2, e2, seed) if s2 >= 0 else np.uint64(0)
             out[m] = _packed_pair(h, prev1, prev2, digits)
             m += 1
         s2, e2 = s1, e1
@@ -357,7 +357,7 @@ def identity_pairs_ascii(buf, word, seed):
 def _all_digits(address, start, end):
     """Whether bytes ``start:end`` of the buffer at ``address`` are all ASCII digits."""
     for j in range(start, end):
-        c = _load_u8_at(address, j)
+        c = load_u8(address, j)
         if not (48 <= c <= 57):
             return False
     return True
@@ -386,20 +386,20 @@ def identity_pairs_runs(buf, low, starts, ends, seed):
         s = starts[r]
         i = ends[r]
         r += 1
-        digits = _all_digits(_address(buf), s, i)
+        digits = _all_digits(address_of(buf), s, i)
         if digits:  # join the next runs across one . , : / while they are all digits
             while r < runs and starts[r] == i + 1 and _joins_numbers(buf[i]) and 48 <= buf[i + 1] <= 57 \
-                    and _all_digits(_address(buf), starts[r], ends[r]):
+                    and _all_digits(address_of(buf), starts[r], ends[r]):
                 i = ends[r]
                 r += 1
-        ident = digits or _is_name(_address(buf), s)
+        ident = digits or _is_name(address_of(buf), s)
         h = np.uint64(0)
         if ident:
-            h = _murmur3_64_at(_address(low), s, i, seed)
+            h = _murmur3_64_at(address_of(low), s, i, seed)
             if s1 >= 0 and not known1:
-                h1 = _murmur3_64_at(_address(low), s1, e1, seed)
+                h1 = _murmur3_64_at(address_of(low), s1, e1, seed)
             if s2 >= 0 and not known2:
-                h2 = _murmur3_64_at(_address(low), s2, e2, seed)
+                h2 = _murmur3_64_at(address_of(low), s2, e2, seed)
             out[m] = _packed_pair(h, h1 if s1 >= 0 else np.uint64(0), h2 if s2 >= 0 else np.uint64(0), digits)
             m += 1
             known1 = known2 = True  # (both hashed now, where they exist)

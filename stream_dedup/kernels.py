@@ -27,92 +27,9 @@ import numpy as np
 from .jit import compiling, inline, kernel
 
 if compiling():  # numba intrinsics, only read by numba when it compiles the kernels
-    from llvmlite import ir
-    from numba import types
     from numba.cpython.unsafe.numbers import trailing_zeros
-    from numba.extending import intrinsic
 
-    @intrinsic
-    def _address(typingctx, arr):  # noqa: ARG001 - numba's signature
-        """The address of an array's first element, an integer. A helper called for every token
-        takes this rather than the array: an array argument costs an atomic increment and decrement
-        of its reference count per call (~9 ns: more than hashing a short token; the token hashes of
-        a 3.5 kB text 9.5 -> 4.1 us in a scratch timing), an integer nothing. Take it at each call
-        (``helper(_address(buf), ...)``: an intrinsic's array argument costs nothing): numba frees an
-        array after its last use, so an address kept in a variable can outlive its array."""
-        if not isinstance(arr, types.Array):
-            return None
-
-        def codegen(context, builder, signature, args):
-            data = context.make_array(signature.args[0])(context, builder, args[0]).data
-            return builder.ptrtoint(data, ir.IntType(64))
-
-        return types.int64(arr), codegen
-
-    @intrinsic
-    def _load_u8_at(typingctx, address, offset):  # noqa: ARG001 - numba's signature
-        """The byte at ``address + offset`` (unchecked: the caller's buffer holds it)."""
-        if not isinstance(offset, types.Integer):
-            return None
-
-        def codegen(context, builder, signature, args):
-            at = builder.add(args[0], context.cast(builder, args[1], signature.args[1], types.int64))
-            return builder.load(builder.inttoptr(at, ir.IntType(8).as_pointer()))
-
-        return types.uint8(types.int64, offset), codegen
-
-    @intrinsic
-    def _store_u8_at(typingctx, address, offset, value):  # noqa: ARG001 - numba's signature
-        """Set the byte at ``address + offset`` to ``value`` (unchecked)."""
-        if not isinstance(offset, types.Integer):
-            return None
-
-        def codegen(context, builder, signature, args):
-            at = builder.add(args[0], context.cast(builder, args[1], signature.args[1], types.int64))
-            byte = context.cast(builder, args[2], signature.args[2], types.uint8)
-            builder.store(byte, builder.inttoptr(at, ir.IntType(8).as_pointer()))
-            return context.get_dummy_value()
-
-        return types.void(types.int64, offset, value), codegen
-
-    @intrinsic
-    def _u64_item(typingctx, address, index):  # noqa: ARG001 - numba's signature
-        """Item ``index`` of the uint64 array at ``address`` (unchecked)."""
-        if not isinstance(index, types.Integer):
-            return None
-
-        def codegen(context, builder, signature, args):
-            base = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
-            return builder.load(builder.gep(base, [context.cast(builder, args[1], signature.args[1], types.int64)]))
-
-        return types.uint64(types.int64, index), codegen
-
-    @intrinsic
-    def _set_u64_item(typingctx, address, index, value):  # noqa: ARG001 - numba's signature
-        """Set item ``index`` of the uint64 array at ``address`` to ``value`` (unchecked)."""
-        if not isinstance(index, types.Integer):
-            return None
-
-        def codegen(context, builder, signature, args):
-            base = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
-            at = builder.gep(base, [context.cast(builder, args[1], signature.args[1], types.int64)])
-            builder.store(context.cast(builder, args[2], signature.args[2], types.uint64), at)
-            return context.get_dummy_value()
-
-        return types.void(types.int64, index, value), codegen
-
-    @intrinsic
-    def _load_u64_at(typingctx, address, offset):  # noqa: ARG001 - numba's signature
-        """The 8 bytes at ``address + offset`` as a little-endian uint64 (one unaligned load; x86-64
-        and arm64 are little-endian), unchecked: the caller's buffer holds them."""
-        if not isinstance(offset, types.Integer):
-            return None
-
-        def codegen(context, builder, signature, args):
-            at = builder.add(args[0], context.cast(builder, args[1], signature.args[1], types.int64))
-            return builder.load(builder.inttoptr(at, ir.IntType(64).as_pointer()), align=1)
-
-        return types.uint64(types.int64, offset), codegen
+    from .addresses import address_of, load_u8, load_u64_unaligned, set_u64_item, store_u8, u64_item
 
 C1 = np.uint64(0x87C37B91114253D5)
 C2 = np.uint64(0x4CF5AD432745937F)
@@ -156,28 +73,28 @@ def _low_bytes(v, count):
 @inline
 def _murmur3_64_at(address, start, end, seed):
     """First 64 bits of MurmurHash3_x64_128(buf[start:end], seed) of the buffer at ``address``
-    (:func:`_address`), readable for 16 bytes past ``end``: the tail is one or two whole 8-byte
+    (:func:`~stream_dedup.addresses.address_of`), readable for 16 bytes past ``end``: the tail is one or two whole 8-byte
     loads cut to length, not a byte loop."""
     n = end - start
     h1 = np.uint64(seed)
     h2 = np.uint64(seed)
     i = start
     for _ in range(n >> 4):
-        h1 ^= _mix_k1(_load_u64_at(address, i))
+        h1 ^= _mix_k1(load_u64_unaligned(address, i))
         h1 = _rotl(h1, 27)
         h1 += h2
         h1 = h1 * np.uint64(5) + np.uint64(0x52DCE729)
-        h2 ^= _mix_k2(_load_u64_at(address, i + 8))
+        h2 ^= _mix_k2(load_u64_unaligned(address, i + 8))
         h2 = _rotl(h2, 31)
         h2 += h1
         h2 = h2 * np.uint64(5) + np.uint64(0x38495AB5)
         i += 16
     rem = n & 15
     if rem > 8:
-        h2 ^= _mix_k2(_low_bytes(_load_u64_at(address, i + 8), rem - 8))
-        h1 ^= _mix_k1(_load_u64_at(address, i))
+        h2 ^= _mix_k2(_low_bytes(load_u64_unaligned(address, i + 8), rem - 8))
+        h1 ^= _mix_k1(load_u64_unaligned(address, i))
     elif rem > 0:
-        h1 ^= _mix_k1(_low_bytes(_load_u64_at(address, i), rem))
+        h1 ^= _mix_k1(_low_bytes(load_u64_unaligned(address, i), rem))
     h1 ^= np.uint64(n)
     h2 ^= np.uint64(n)
     h1 += h2
@@ -229,8 +146,8 @@ def murmur3_64(buf, start, end, seed):
     """First 64 bits of MurmurHash3_x64_128(buf[start:end], seed) (as ``mmh3.hash64(...)[0]``)."""
     padded = np.zeros(end - start + 16, dtype=np.uint8)
     padded[:end - start] = buf[start:end]
-    h = _murmur3_64_at(_address(padded), 0, end - start, seed)
-    padded[0] = 0  # (a use after the hash: numba frees an array after its last use, see _address)
+    h = _murmur3_64_at(address_of(padded), 0, end - start, seed)
+    padded[0] = 0  # (a use after the hash: numba frees an array after its last use, see stream_dedup.addresses)
     return h
 
 
@@ -289,7 +206,7 @@ def token_runs_utf8(buf, word, seed):
             e &= e - one
     out = np.empty(cs, dtype=np.uint64)
     for t in range(cs):
-        out[t] = _murmur3_64_at(_address(padded), starts[t], ends[t], seed)
+        out[t] = _murmur3_64_at(address_of(padded), starts[t], ends[t], seed)
     return padded, starts[:cs], ends[:cs], out
 
 
@@ -354,7 +271,7 @@ def token_hashes_split(buf, word, split, seed):
         m += 1
     out = np.empty(m, dtype=np.uint64)
     for t in range(m):
-        out[t] = _murmur3_64_at(_address(padded), starts[t], ends[t], seed)
+        out[t] = _murmur3_64_at(address_of(padded), starts[t], ends[t], seed)
     return out
 
 
@@ -645,15 +562,15 @@ def _set_slots(n):
 @inline
 def _set_add(table, used, v, mask):
     """Add the uint64 ``v`` to the open-addressing set at ``table`` (uint64) / ``used`` (bool), their
-    addresses (:func:`_address`), linear probing, ``mask`` its size - 1: True if it was not in it
+    addresses (:func:`~stream_dedup.addresses.address_of`), linear probing, ``mask`` its size - 1: True if it was not in it
     (:func:`count_distinct`, :func:`distinct_union`)."""
     h = int((v * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
-    while _load_u8_at(used, h) and _u64_item(table, h) != v:
+    while load_u8(used, h) and u64_item(table, h) != v:
         h = (h + 1) & mask
-    if _load_u8_at(used, h):
+    if load_u8(used, h):
         return False
-    _store_u8_at(used, h, 1)
-    _set_u64_item(table, h, v)
+    store_u8(used, h, 1)
+    set_u64_item(table, h, v)
     return True
 
 
@@ -673,7 +590,7 @@ def distinct_union(a, b):
     k = 0
     for i in range(n):
         v = a[i] if i < a.shape[0] else b[i - a.shape[0]]
-        if _set_add(_address(table), _address(used), np.uint64(v), size - 1):
+        if _set_add(address_of(table), address_of(used), np.uint64(v), size - 1):
             out[k] = v
             k += 1
     distinct = out[:k]
@@ -699,7 +616,7 @@ def count_distinct(values):
     used = np.zeros(size, dtype=np.bool_)
     distinct = 0
     for i in range(m):
-        if _set_add(_address(table), _address(used), values[i], size - 1):
+        if _set_add(address_of(table), address_of(used), values[i], size - 1):
             distinct += 1
     return distinct
 

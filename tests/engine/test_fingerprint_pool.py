@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,19 @@ def _expected(lines: list[bytes]) -> tuple[list, list]:
     return parsed, fps
 
 
+@contextmanager
+def _pool_over(tmp_path: Path, lines: list[bytes], processes: int = 1) -> Iterator[FingerprintPool]:
+    """A pool reading a file of ``lines``, closed at the end."""
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"".join(lines))
+    with path.open("rb") as f:
+        pool = FingerprintPool(CONFIG, processes, f.fileno(), FPR)
+        try:
+            yield pool
+        finally:
+            pool.close()
+
+
 def _chunks(lines: list[bytes], size: int) -> list[tuple[int, list[int]]]:
     out, at = [], 0
     for i in range(0, len(lines), size):
@@ -82,16 +97,10 @@ def test_a_pool_gives_each_chunk_as_in_process_and_the_caller_works_meanwhile(tm
     """Chunks come back in any order asked; asking for the first while the rest are queued makes the
     caller do queued chunks itself (``stolen``), with the same results."""
     lines = _lines(1800)
-    path = tmp_path / "in.jsonl"
-    path.write_bytes(b"".join(lines))
     chunks = _chunks(lines, 200)
-    with path.open("rb") as f:
-        pool = FingerprintPool(CONFIG, processes, f.fileno(), FPR)
-        try:
-            numbers = [pool.submit(start, lengths) for start, lengths in chunks]
-            results = {n: pool.result(n) for n in [numbers[0], numbers[5], *numbers[1:5], *numbers[6:]]}
-        finally:
-            pool.close()
+    with _pool_over(tmp_path, lines, processes) as pool:
+        numbers = [pool.submit(start, lengths) for start, lengths in chunks]
+        results = {n: pool.result(n) for n in [numbers[0], numbers[5], *numbers[1:5], *numbers[6:]]}
     assert pool.stolen >= 1 and not pool.broken
     for n, i in zip(numbers, range(0, len(lines), 200), strict=True):
         assert results[n] == _expected(lines[i:i + 200])
@@ -99,17 +108,11 @@ def test_a_pool_gives_each_chunk_as_in_process_and_the_caller_works_meanwhile(tm
 
 def test_a_child_that_dies_costs_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     lines = _lines(900)
-    path = tmp_path / "in.jsonl"
-    path.write_bytes(b"".join(lines))
-    with path.open("rb") as f:
-        pool = FingerprintPool(CONFIG, 1, f.fileno(), FPR)
-        try:
-            numbers = [pool.submit(start, lengths) for start, lengths in _chunks(lines, 100)]
-            os.kill(pool._children[0].process.pid, 9)
-            with caplog.at_level("WARNING", logger="stream_dedup"):
-                results = [pool.result(n) for n in numbers]
-        finally:
-            pool.close()
+    with _pool_over(tmp_path, lines) as pool:
+        numbers = [pool.submit(start, lengths) for start, lengths in _chunks(lines, 100)]
+        os.kill(pool._children[0].process.pid, 9)
+        with caplog.at_level("WARNING", logger="stream_dedup"):
+            results = [pool.result(n) for n in numbers]
     assert pool.broken and sum("a fingerprint process died" in r.getMessage() for r in caplog.records) == 1
     assert results == [_expected(lines[i:i + 100]) for i in range(0, 900, 100)]
 
@@ -118,17 +121,11 @@ def test_a_chunk_that_raises_in_a_child_raises_in_the_caller(tmp_path: Path) -> 
     """A chunk the file no longer holds (cut short after its lines were read): the child reports it,
     the caller reads it itself and gets the error; the child goes on with the next chunk."""
     lines = _lines(300)
-    path = tmp_path / "in.jsonl"
-    path.write_bytes(b"".join(lines))
-    with path.open("rb") as f:
-        pool = FingerprintPool(CONFIG, 1, f.fileno(), FPR)
-        try:
-            first = pool.submit(0, [len(line) for line in lines[:100]])
-            past = pool.submit(10 ** 9, [100])
-            assert pool.result(first) == _expected(lines[:100])
-            with pytest.raises(OSError, match="the input ended"):
-                pool.result(past)
-            again = pool.submit(0, [len(line) for line in lines[:100]])
-            assert pool.result(again) == _expected(lines[:100]) and not pool.broken
-        finally:
-            pool.close()
+    with _pool_over(tmp_path, lines) as pool:
+        first = pool.submit(0, [len(line) for line in lines[:100]])
+        past = pool.submit(10 ** 9, [100])
+        assert pool.result(first) == _expected(lines[:100])
+        with pytest.raises(OSError, match="the input ended"):
+            pool.result(past)
+        again = pool.submit(0, [len(line) for line in lines[:100]])
+        assert pool.result(again) == _expected(lines[:100]) and not pool.broken
