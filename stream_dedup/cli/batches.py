@@ -152,7 +152,8 @@ class BatchDecider:
         articles = [article for _, _, _, article, _ in batch if article is not None]
         checkpoints = [(self.checkpoint, n) for n, _, _, article, _ in batch if article is not None]
         if fingerprints is not None and any(not isinstance(fp, Fingerprint) for fp in fingerprints):
-            # (rare: a text whose fingerprint raised: the batch is decided from the texts, where it raises again)
+            # (rare: a text whose fingerprint raised: the batch is decided from the texts, where it raises
+            # again, and only its record is rejected)
             articles = [parse_record(raw, self.dedup.config) for _, _, raw, article, _ in batch if article is not None]
             fingerprints = None
         return batch, decide_batch(self.dedup, articles, checkpoints, fingerprints)
@@ -181,28 +182,26 @@ class BatchDecider:
         return lines, fingerprints
 
 
-def decide_batch(dedup: Deduplicator, articles: list[Article], checkpoints: list[tuple[str, int]],
-                 fingerprints: list[Fingerprint | FingerprintFailed] | None = None) -> list[object]:
-    """Their decisions in one batch (on ``fingerprints`` if given, else fingerprinted here); if the
-    batch raises (it then writes nothing), one at a time, so that a failing record gets its
-    exception in place of a decision and the others are decided."""
+def decide_batch(dedup: Deduplicator, articles: list[Article | Parsed], checkpoints: list[tuple[str, int]],
+                 fingerprints: list[Fingerprint] | None = None) -> list[object]:
+    """Their decisions in one batch (on ``fingerprints`` if given, else fingerprinted here from the
+    articles' texts); if the batch raises (it then writes nothing), one at a time (on the same
+    fingerprints when given: what a fingerprint process parsed holds no text), so that a failing
+    record gets its exception in place of a decision and the others are decided."""
     if not articles:
         return []
-    from ..fingerprint_pool import FingerprintFailed
-
-    if fingerprints is not None and any(isinstance(fp, FingerprintFailed) for fp in fingerprints):
-        fingerprints = None  # (rare: one at a time below, where the failing text raises again)
     try:
         if fingerprints is None:
-            return dedup.process_batch(articles, checkpoints=checkpoints)
+            return dedup.process_batch(articles, checkpoints=checkpoints)  # type: ignore[arg-type]
         return dedup.decide_batch([a.id for a in articles], fingerprints, checkpoints=checkpoints)
     except Exception as exc:  # noqa: BLE001 - reported per record by the caller
         if len(articles) == 1:
             return [exc]
     out: list[object] = []
-    for article, checkpoint in zip(articles, checkpoints, strict=True):
+    for i, (article, checkpoint) in enumerate(zip(articles, checkpoints, strict=True)):
         try:
-            out.append(dedup.process(article, checkpoint=checkpoint))
+            out.append(dedup.process(article, checkpoint=checkpoint) if fingerprints is None  # type: ignore[arg-type]
+                       else dedup.decide(article.id, fingerprints[i], checkpoint=checkpoint))
         except Exception as exc:  # noqa: BLE001
             out.append(exc)
     return out

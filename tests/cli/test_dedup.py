@@ -475,3 +475,36 @@ def test_fingerprint_processes_must_not_be_negative(tmp_path: Path, capsys: pyte
     assert run(["dedup", str(STREAM), "--out", str(tmp_path / "o.jsonl"), "--fingerprint-processes", "-1"]) == 2
     err = capsys.readouterr().err
     assert "--fingerprint-processes -1: must be >= 0" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("processes", ["0", "1"])
+def test_a_record_whose_decision_fails_is_rejected_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         processes: str) -> None:
+    """A record whose decision raises (here: writing it into the batch) makes its batch write nothing;
+    the batch is decided again one record at a time, from the fingerprints the fingerprint process
+    made when there is one: only that record is rejected, the others get the events of a run without it."""
+    from stream_dedup.batch import BatchView
+
+    lines = [json.dumps({"id": f"r{i}", "text": f"story {i % 7} tale {i} " + "words of the story " * 20})
+             for i in range(600)]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(lines) + "\n")
+    (tmp_path / "without.jsonl").write_text("\n".join(line for i, line in enumerate(lines) if i != 300) + "\n")
+    assert run(["dedup", str(tmp_path / "without.jsonl"), "--out", str(tmp_path / "ref.jsonl"), "-q",
+                "--fingerprint-processes", "0"]) == 0
+    write_record, write_article = BatchView.write_record, BatchView.write_article
+
+    def refusing(write):
+        def written(self, *args, **kwargs):
+            if "r300" in args or kwargs.get("article_id") == "r300":
+                raise RuntimeError("boom")
+            return write(self, *args, **kwargs)
+        return written
+
+    monkeypatch.setattr(BatchView, "write_record", refusing(write_record))
+    monkeypatch.setattr(BatchView, "write_article", refusing(write_article))
+    out, rejects = tmp_path / "out.jsonl", tmp_path / "rej.jsonl"
+    assert run(["dedup", str(inp), "--out", str(out), "--rejects", str(rejects), "-q",
+                "--fingerprint-processes", processes]) == 0
+    assert [(r["line"], r["reason"]) for r in read_jsonl(rejects)] == [(301, "processing_error")]
+    assert read_jsonl(out) == read_jsonl(tmp_path / "ref.jsonl")
