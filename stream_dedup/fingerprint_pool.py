@@ -170,7 +170,6 @@ class FingerprintPool:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, not {processes}")
         self.config, self.fd, self.fingerprinter = config, fd, fingerprinter
-        self.processes = processes
         self._queued: deque[int] = deque()  # chunk numbers not sent to a child, oldest first
         self._chunks: dict[int, tuple[int, list[int]]] = {}  # number -> (start, lengths), until its result is taken
         self._done: dict[int, ChunkResult | None] = {}  # results back (None: the chunk raised in a child)
