@@ -19,7 +19,11 @@
    20-30 % within minutes, more than a 1M-article run's slope). A chunk's rate is its records over
    the time from its first byte written to its stats line.
 3. Prints one row per chunk: records/s over the chunk, CPU time per record (the process's, RocksDB
-   compaction threads included: unlike the rate, it does not depend on what else runs), RSS, index bytes on disk per article,
+   compaction threads included: unlike the rate, it does not depend on what else runs), the same
+   split by thread (from ``/proc/PID/task/*/schedstat``: the deciding thread, RocksDB's flush and
+   compaction threads, any other) and the share of the chunk's time the deciding thread was ready
+   but waiting for a CPU (the run queue: the other threads of the process and of the machine took
+   its core), RSS, index bytes on disk per article,
    block cache use and hit rate, the memory of the LSH buckets and passage lists, the reference's
    records/s around the chunk and the chunk's rate against the first's at the reference's speed
    (each chunk's rate over its reference's); then whether every chunk's rate stayed within 20 % of the
@@ -190,6 +194,7 @@ def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra
                     continue
                 s = json.loads(line)
                 s["busy_seconds"] = round(time.perf_counter() - t0, 3)
+                s.update((f"{k}_seconds", round(v, 4)) for k, v in thread_seconds(proc.pid).items())
                 if reference:
                     after = reference.rate()
                     s["reference_rate"] = round((before + after) / 2, 1)
@@ -203,6 +208,30 @@ def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra
     if proc.wait() != 0:
         raise SystemExit(f"dedup failed ({proc.returncode}):\n{''.join(rest)}")
     return stats, "".join(rest)
+
+
+def thread_seconds(pid: int) -> dict[str, float]:
+    """CPU and run-queue seconds of the threads of process ``pid`` so far, from ``schedstat`` (ns):
+    ``decider_cpu`` and ``decider_wait`` (the main thread: it decides), ``rocksdb_cpu`` (threads named
+    ``rocksdb:*``, flushes and compactions), ``other_cpu`` (any other thread)."""
+    out = {"decider_cpu": 0.0, "decider_wait": 0.0, "rocksdb_cpu": 0.0, "other_cpu": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            run_ns, wait_ns, _ = (int(x) for x in (task / "schedstat").read_text().split())
+            name = (task / "comm").read_text().strip()
+        except (OSError, ValueError):  # (a thread that ended meanwhile)
+            continue
+        if task.name == str(pid):
+            out["decider_cpu"] += run_ns / 1e9
+            out["decider_wait"] += wait_ns / 1e9
+        else:
+            out["rocksdb_cpu" if name.startswith("rocksdb") else "other_cpu"] += run_ns / 1e9
+    return out
+
+
+def per_record(s: dict, before: dict | None, key: str) -> float:
+    """Milliseconds of ``s[key]`` (seconds) per record of the chunk ending at ``s``."""
+    return (s[key] - (before[key] if before else 0.0)) / (s["lines"] - (before["lines"] if before else 0)) * 1000
 
 
 def chunk_rate(s: dict, before: dict | None) -> float:
@@ -225,23 +254,26 @@ def reopen_seconds(state: Path, memory: str, extra: list[str]) -> float:
 
 def print_header(reference: bool) -> None:
     more = " | reference records/s | vs first, at the reference's speed" if reference else ""
-    print("| articles | records/s | vs first | CPU ms/record | RSS MB | index MB | bytes/article | cache used MB "
+    print("| articles | records/s | vs first | CPU ms/record | deciding / RocksDB / other threads | deciding thread "
+          "waiting for a CPU | RSS MB | index MB | bytes/article | cache used MB "
           f"| hit rate | lists in memory MB{more} |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---:" + " | ---: | ---:" * reference + " |",
-          flush=True)
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---:" + " | ---: | ---:" * reference
+          + " |", flush=True)
 
 
 def print_row(s: dict, first: dict, before: dict | None) -> None:
     """One chunk; CPU per record (compaction threads included) does not depend on other load on the machine."""
     rate, hit = chunk_rate(s, before), s["block_cache_hit_rate"]
     first_rate = chunk_rate(first, None)
-    cpu = (s["cpu_seconds"] - (before["cpu_seconds"] if before else 0.0)) / (s["lines"] - (before["lines"] if before
-                                                                                          else 0)) * 1000
+    cpu = per_record(s, before, "cpu_seconds")
+    threads = "/".join(f"{per_record(s, before, f'{k}_cpu_seconds'):.3f}" for k in ("decider", "rocksdb", "other"))
+    waited = (s["decider_wait_seconds"] - (before["decider_wait_seconds"] if before else 0.0)) / max(
+        s["busy_seconds"], 1e-9)
     more = ""
     if "reference_rate" in s:
         more = (f" | {s['reference_rate']:,.0f} | "
                 f"{rate / s['reference_rate'] / (first_rate / first['reference_rate']):.0%}")
-    print(f"| {s['index_articles']:,} | {rate:,.0f} | {rate / first_rate:.0%} | {cpu:.2f} | "
+    print(f"| {s['index_articles']:,} | {rate:,.0f} | {rate / first_rate:.0%} | {cpu:.2f} | {threads} | {waited:.1%} | "
           f"{s['rss_bytes'] / 2**20:,.0f} | {s['index_bytes'] / 2**20:,.0f} | "
           f"{s['index_bytes'] / max(1, s['index_articles']):,.0f} | {s['block_cache_usage_bytes'] / 2**20:,.0f} | "
           f"{'-' if hit is None else f'{hit:.1%}'} | {sum(s.get(k, 0) for k in LIST_BYTES) / 2**20:,.0f}{more} |",
@@ -256,29 +288,43 @@ def print_tenths(full: list[dict], rates: dict[int, float], cpu: list[float]) ->
     from statistics import median
 
     size = max(1, len(full) // 10)
+    previous = [None, *full[:-1]]
+    decider = [per_record(s, p, "decider_cpu_seconds") for p, s in zip(previous, full, strict=True)]
+    waited = [(s["decider_wait_seconds"] - (p["decider_wait_seconds"] if p else 0.0)) / max(s["busy_seconds"], 1e-9)
+              for p, s in zip(previous, full, strict=True)]
     tenths = []
     for i in range(0, len(full) - size + 1, size):
         part = full[i:i + size]
         row = {"first_articles": part[0]["index_articles"], "last_articles": part[-1]["index_articles"],
                "records_per_second": median(rates[s["lines"]] for s in part),
-               "cpu_ms_per_record": median(cpu[i:i + size]) * 1000}
+               "cpu_ms_per_record": median(cpu[i:i + size]) * 1000,
+               "deciding_thread_cpu_ms_per_record": median(decider[i:i + size]),
+               "deciding_thread_waiting_for_cpu": median(waited[i:i + size])}
         if all("reference_rate" in s for s in part):
             row["rate_over_reference"] = median(rates[s["lines"]] / s["reference_rate"] for s in part)
         tenths.append(row)
     first = tenths[0]
     print("\nmedian chunk of each tenth of the run, against the first tenth's:")
-    print("| articles | records/s | vs first | CPU ms/record | vs first | records/s over the reference's | vs first |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| articles | records/s | vs first | CPU ms/record | vs first | deciding thread CPU ms/record | vs first "
+          "| deciding thread waiting for a CPU | records/s over the reference's | vs first |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for t in tenths:
         rel = t.get("rate_over_reference")
         print(f"| {t['first_articles']:,}-{t['last_articles']:,} | {t['records_per_second']:,.0f} | "
               f"{t['records_per_second'] / first['records_per_second']:.0%} | {t['cpu_ms_per_record']:.2f} | "
               f"{t['cpu_ms_per_record'] / first['cpu_ms_per_record']:.0%} | "
+              f"{t['deciding_thread_cpu_ms_per_record']:.3f} | "
+              f"{t['deciding_thread_cpu_ms_per_record'] / first['deciding_thread_cpu_ms_per_record']:.0%} | "
+              f"{t['deciding_thread_waiting_for_cpu']:.1%} | "
               + ("- | - |" if rel is None else f"{rel:.3f} | {rel / first['rate_over_reference']:.0%} |"))
     worst = min(t["records_per_second"] / first["records_per_second"] for t in tenths)
     verdicts = [f"records/s {'met' if worst >= FLAT else 'NOT met'} (lowest {worst:.0%})"]
     worst_cpu = max(t["cpu_ms_per_record"] / first["cpu_ms_per_record"] for t in tenths)
     verdicts.append(f"CPU per record {'met' if worst_cpu <= 1 / FLAT else 'NOT met'} (highest {worst_cpu:.0%})")
+    worst_decider = max(t["deciding_thread_cpu_ms_per_record"] / first["deciding_thread_cpu_ms_per_record"]
+                        for t in tenths)
+    verdicts.append(f"the deciding thread's CPU per record {'met' if worst_decider <= 1 / FLAT else 'NOT met'} "
+                    f"(highest {worst_decider:.0%})")
     if all("rate_over_reference" in t for t in tenths):
         worst_ref = min(t["rate_over_reference"] / first["rate_over_reference"] for t in tenths)
         verdicts.append(f"at the reference's speed {'met' if worst_ref >= FLAT else 'NOT met'} (lowest {worst_ref:.0%})")

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from stream_dedup.cli.batches import lines_with_readiness
+from stream_dedup.cli.batches import PIPE_BYTES, lines_with_readiness, widen_pipe
 
 from .conftest import console_script
 
@@ -55,6 +55,44 @@ def test_large_input_comes_in_bounded_rounds() -> None:
     writer.join(10)
     assert len(seen) == total
     assert seen.count(False) >= 2  # at least one round boundary inside 3 MB, and the end
+
+
+def test_an_input_pipe_is_widened_so_a_fast_writer_fills_whole_batches(tmp_path: Path) -> None:
+    """A pipe holds 64 kB by default (~11 long articles): the reader asks for 1 MB, so while it
+    is busy a writer gets a megabyte ahead and the next round of lines is that megabyte."""
+    limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    r, w = os.pipe()
+    line = b"x" * 1000 + b"\n"
+    total = 3000
+
+    def write() -> None:
+        with os.fdopen(w, "wb") as fh:
+            for _ in range(total):
+                fh.write(line)
+
+    os.write(w, line)
+    lines = lines_with_readiness(os.fdopen(r, "rb", buffering=0))
+    assert next(lines) == (line, False)  # (the pipe is widened when reading begins)
+    import fcntl
+    assert fcntl.fcntl(r, fcntl.F_GETPIPE_SZ) >= min(PIPE_BYTES, limit)
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(0.5)  # (the reader is busy: the writer fills the pipe)
+    rounds, run = [], 1
+    for chunk, more in lines:
+        assert chunk == line
+        if more:
+            run += 1
+        else:
+            rounds.append(run)
+            run = 1
+    writer.join(10)
+    assert sum(rounds) == total
+    assert max(rounds) >= min(PIPE_BYTES, limit) // len(line) // 2  # (64 kB: 65 lines)
+    regular = tmp_path / "f"
+    regular.write_bytes(b"x\n")
+    with regular.open("rb") as f:
+        assert widen_pipe(f.fileno()) is None
 
 
 def test_a_source_without_descriptor_is_read_line_by_line() -> None:
