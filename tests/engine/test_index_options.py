@@ -93,3 +93,36 @@ def test_write_ahead_log_stays_bounded(tmp_path: Path) -> None:
     tables = sum(p.stat().st_size for p in tmp_path.glob("*.sst"))
     index.close()
     assert tables > 0 and logs <= 3 * budget.write_buffer, (logs, tables)
+
+
+def _thread_nice() -> list[tuple[str, int]]:
+    """(name, nice) of each thread of this process."""
+    out = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out.append(((task / "comm").read_text().strip(), int(fields[16])))  # (field 19: nice)
+        except OSError:  # (a thread that ended meanwhile)
+            continue
+    return out
+
+
+def test_compactions_run_at_the_lowest_cpu_priority_and_flushes_do_not(tmp_path: Path) -> None:
+    """A compaction's thread (RocksDB's low-priority pool) runs at nice 19, so it takes a core the
+    deciding thread is not using; flushes (the high-priority pool) and this thread keep theirs."""
+    from rocksdict import Rdict
+
+    db = Rdict(str(tmp_path / "db"), MemoryBudget(64 << 20).db_options())
+    try:
+        rng = np.random.default_rng(1)
+        for _ in range(3):
+            for _ in range(20_000):
+                db[rng.bytes(16)] = rng.bytes(100)
+            db.flush()
+        db.compact_range(None, None)
+        threads = _thread_nice()
+    finally:
+        db.close()
+    assert ("rocksdb:low", 19) in threads
+    assert all(nice == 0 for name, nice in threads if name.startswith("rocksdb:high"))
+    assert dict(_thread_nice())[Path("/proc/self/comm").read_text().strip()] == 0
