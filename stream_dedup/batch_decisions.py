@@ -23,7 +23,7 @@ from . import rewrite, stored_decision
 from .decide_kernel import R_COLUMNS, R_INDEXED, R_JOINS, STOP_RECORDS, _decide_run
 from .decision import Decision, look_alike, verified
 from .index import _MAX_SEQ
-from .index_record import _pack_parts
+from .index_record import _LENGTHS, _RECORD, _pack_parts
 from .passages import ANCHOR_BYTES, anchor_bytes
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["Builder", "FiledRun", "decide_all"]
 
 _WORD_BYTES = rewrite.WORD_BITS // 8
+_RECORD_HEAD, _LENGTH_BYTES = _RECORD.size, _LENGTHS.size  # (a record's bytes before its signature, its lengths)
 _NEW_STORED: dict[int, bytes] = {}  # candidates -> the stored form of a new article's decision without a look-alike
 
 
@@ -71,6 +72,14 @@ class Builder:
         self.row_of: list[int] = self.rows.tolist()  # (Python ints: read per article)
         self.identity_ends: list[int] = (4 * self.identity_at).tolist()
         self.anchors, self.anchors_at = _joined([fp.anchors for fp in fps], np.uint64)
+        # (room for each row's provisional record: decide_kernel._write_provisional)
+        record_bytes = (_RECORD_HEAD + self.signature_size + _LENGTH_BYTES + 4 * np.diff(self.identity_at)
+                        + _WORD_BYTES * self.has_words)
+        self.provisional_at = np.zeros(len(chosen) + 1, dtype=np.int64)
+        np.cumsum(record_bytes, out=self.provisional_at[1:])
+        self.provisional = np.zeros(int(self.provisional_at[-1]), dtype=np.uint8)
+        self.signature_u8 = np.frombuffer(self.signature_bytes, dtype=np.uint8)
+        self.identity_u8 = np.frombuffer(self.identity_bytes, dtype=np.uint8)
         self.result = np.zeros((n, R_COLUMNS), dtype=np.float64)
         self.joined = np.zeros(self.anchors.shape[0], dtype=np.uint8)  # per anchor: the article joins its list
         self.stop = np.zeros(1, dtype=np.int64)
@@ -97,8 +106,8 @@ class Builder:
                            self.sizes, self.words, self.has_words, self.identity, self.identity_at, self.anchors,
                            self.anchors_at, *buckets._args, simhash.fps, simhash.tags, simhash.seqs, simhash.old_fps,
                            simhash.old_tags, simhash.old_seqs, simhash.meta, simhash.masks, *lists._args, store.buf,
-                           store.keys, store.vals, *rules_arrays, settings, index_below, self.result, self.joined,
-                           self.stop)
+                           store.keys, store.vals, *rules_arrays, settings, index_below, self.signature_u8,
+                           self.identity_u8, self.provisional, self.provisional_at, self.result, self.joined, self.stop)
 
     def prepare(self, i: int, p: Prepared | None) -> None:
         """Give article ``i`` (if it has shingles) its keys and anchors' bytes from the batch's arrays
@@ -212,6 +221,7 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
     rows = builder.row_of
     signatures, size, identities, identity_at = (builder.signature_bytes, builder.signature_size,
                                                  builder.identity_bytes, builder.identity_ends)
+    roots: list[str] = []  # (the root of each article of the call: a match filed in the same call, at = -1)
     for j, row in zip(range(start, stop), builder.result[start:stop].tolist(), strict=True):
         article_id = ids[j]
         fp = prepared[j].fp  # type: ignore[union-attr]
@@ -220,14 +230,18 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
         root_id = article_id
         rid = b""
         if best >= 0:
-            matched_id, root_id = ids_of(held[int(at):int(at + length)])
+            if at < 0:
+                k = int(best) - seq0
+                matched_id, root_id = ids[start + k], roots[k]
+            else:
+                matched_id, root_id = ids_of(held[int(at):int(at + length)])
             decision = verified(article_id, hits, direction, ham, jaccard, cont, matched_id, root_id, int(candidates))
             stored = stored_decision.encode_decision(decision, article_id, root_id)
             if root_id != article_id:
                 rid = root_id.encode("utf-8", "surrogatepass")
         elif template >= 0:
-            decision = look_alike(article_id, template_jaccard, int(candidates), ids_of(held[int(at):int(at + length)])[0],
-                                  agreed)
+            template_id = ids[start + int(template) - seq0] if at < 0 else ids_of(held[int(at):int(at + length)])[0]
+            decision = look_alike(article_id, template_jaccard, int(candidates), template_id, agreed)
             stored = stored_decision.encode_decision(decision, article_id, root_id)
         else:  # (new, no look-alike: its stored form depends on the count alone, made once per count)
             k = int(candidates)
@@ -245,5 +259,6 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
                           builder.joins(j, prepared[j])[1] if joins else b"",  # type: ignore[arg-type]
                           nows[j], checkpoints[j] if checkpoints else None, receipts[j] if receipts else None)
         out.append(decision)
+        roots.append(root_id)
     view.index.record_store.put_many(seq0, records)
     return out

@@ -22,9 +22,15 @@ then goes that way (:data:`STOP_PYTHON`):
   Otherwise the step's decision stands and the kernel chooses the lists it joins (:func:`_joins`,
   as :func:`stream_dedup.passages.posting_writes` does).
 
-A candidate filed earlier in the same call has no record yet (records are written in Python): the
-call stops there too (:data:`STOP_RECORDS`); the caller writes the records of the articles before
-it and calls again from that article.
+A candidate filed earlier in the same call has no record in the record store yet (records are
+written in Python, after the call): each article the call files leaves a *provisional* record in
+the batch's own buffer (:func:`_write_provisional`: the fields verification reads, ids and stored
+decision left out), and an article whose candidates include such articles is verified on their
+records and the store's, gathered end to end (:func:`_gathered`). Its result then says ``R_AT =
+-1`` for a match filed in the same call, whose id and root the caller knows. (Before, the call
+stopped there, :data:`STOP_RECORDS`, and was called again once the records were written: on short
+wire items, whose copies follow each other, ~30 calls a batch of 256, each paying the unboxing of
+~50 arrays.)
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import numpy as np
 from .jit import compiling, inline, kernel, trusted
 
 if compiling():
-    from .candidate_rules import verify_stored
+    from .candidate_rules import verify_candidates, verify_stored
     from .list_table import table_members
     from .simhash_table import file_article, lookup_candidates
 
@@ -53,6 +59,8 @@ R_COLUMNS = 14
 K_SIMHASH, K_MAX_VERIFY, K_SHORT_LOW, K_SHORT_HIGH, K_CAP, K_PASSAGE_CAP, K_MAX_SEQ, K_COMMON, K_MIN_SHARED = range(9)
 _O_HITS, _O_DIRECTION, _O_HAMMING, _O_JACCARD, _O_CONTAINMENT = range(5)  # candidate_rules.O_*
 _S_BEST, _S_TEMPLATE, _S_AGREED, _S_UNCERTAIN = range(4)  # candidate_rules.S_*
+_HEAD = 37  # bytes of a record before its signature (candidate_rules._HEAD)
+_WORD_BYTES = 64  # a content-word bitmap's bytes (rewrite.WORD_BITS // 8)
 
 
 @inline
@@ -111,13 +119,75 @@ def _joins(members, ends, common, found, passed, passing, join):
     return count
 
 
+@inline
+def _write_provisional(out, at, simhash, n, signature_u8, rows, r, identity_u8, id_from, k_id, n_anchors, words_row, w):
+    """Row ``r``'s provisional record at ``out[at:]``: what a record holds for its verification
+    (:mod:`stream_dedup.index_record`'s layout: SimHash, set size, flags, stored signature, the
+    lengths, identity sketch, content-word bitmap; ids empty, no stored decision). ``out`` is zeroed."""
+    for b in range(8):
+        out[at + 8 + b] = np.uint8((np.uint64(simhash) >> np.uint64(56 - 8 * b)) & np.uint64(0xFF))
+    for b in range(4):
+        out[at + 16 + b] = np.uint8((n >> (24 - 8 * b)) & 0xFF)
+    out[at + 20] = 1  # (index_record.FLAG_INDEXED)
+    p = at + _HEAD
+    sig_from = 2 * rows * r
+    for b in range(2 * rows):
+        out[p + b] = signature_u8[sig_from + b]
+    p += 2 * rows
+    a = min(n_anchors, 0xFFFF)
+    out[p + 4], out[p + 5] = np.uint8((k_id >> 8) & 0xFF), np.uint8(k_id & 0xFF)
+    out[p + 6], out[p + 7] = np.uint8((a >> 8) & 0xFF), np.uint8(a & 0xFF)
+    out[p + 8] = np.uint8(w)
+    p += 9
+    for b in range(4 * k_id):
+        out[p + b] = identity_u8[4 * id_from + b]
+    p += 4 * k_id
+    for b in range(w):
+        out[p + b] = words_row[b]
+
+
+@inline
+def _with_provisional(found, starts, lengths, m, seq0, start, rows, provisional_at):
+    """Where each of the ``m`` candidates' records is in the record store (-1: filed earlier in
+    this call, its record is the provisional one); the lengths of those set."""
+    held_at = np.empty(m, dtype=np.int64)
+    for k in range(m):
+        held_at[k] = starts[k]
+        if starts[k] < 0:
+            pr = rows[start + (found[k] - seq0)]
+            lengths[k] = provisional_at[pr + 1] - provisional_at[pr]
+    return held_at
+
+
+@inline
+def _gathered(buf, provisional, found, starts, lengths, held_at, m, seq0, start, rows, provisional_at):
+    """The ``m`` candidates' records end to end (from the record store, or provisional), ``starts``
+    set to where each is in it."""
+    total = 0
+    for k in range(m):
+        total += lengths[k]
+    recs = np.empty(total, dtype=np.uint8)
+    at = 0
+    for k in range(m):
+        n = lengths[k]
+        if held_at[k] < 0:
+            pr = rows[start + (found[k] - seq0)]
+            recs[at:at + n] = provisional[provisional_at[pr]:provisional_at[pr] + n]
+        else:
+            recs[at:at + n] = buf[held_at[k]:held_at[k] + n]
+        starts[k] = at
+        at += n
+    return recs
+
+
 @kernel
 def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, words, has_words, identity, identity_at,
                anchors, anchors_at, slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq,
                mirror_next, meta, fps, tags, seqs, old_fps, old_tags, old_seqs, s_meta, masks, p_slot_keys,
                p_slot_head, p_node_seq, p_node_next, p_old_keys, p_old_head, p_mirror_seq, p_mirror_next, p_meta,
                buf, store_keys, store_vals, jaccard_of, jaccard4_of, rules, params, counts, out, summary, passed,
-               starts, lengths, settings, index_below, result, joined, stop):
+               starts, lengths, settings, index_below, signature_u8, identity_u8, provisional, provisional_at, result,
+               joined, stop):
     """Decide on articles ``start``, ``start + 1``, ... of a batch (see the module doc) until one
     that Python must take; return its position (the batch's length when all are done) and say why
     in ``stop[0]`` (``STOP_*``). Article ``i`` (if ``rows[i] >= 0``, its row in the batch's
@@ -128,7 +198,9 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
     arrays) and leaves its decision in ``result[i]`` (``R_*``). ``buf``, ``store_keys``,
     ``store_vals``: the record store's arrays; ``jaccard_of`` ... ``lengths``: those of
     :class:`~stream_dedup.candidate_rules.CompiledRules`; ``index_below``: the configuration's
-    ``index_below_similarity``."""
+    ``index_below_similarity``; ``signature_u8``, ``identity_u8``: the rows' stored signatures and
+    identity sketches as records hold them (big-endian bytes, row after row); ``provisional``,
+    ``provisional_at``: room for each row's provisional record (:func:`_write_provisional`)."""
     n = rows.shape[0]
     simhash_k = settings[K_SIMHASH]
     short_low, short_high = settings[K_SHORT_LOW], settings[K_SHORT_HIGH]
@@ -160,11 +232,18 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
                                 jaccard_of, jaccard4_of, rules, params, no_shared, 0, 0.0, words_a, counts,
                                 identity[identity_at[r]:identity_at[r + 1]], out, summary, passed)
             if got < 0:  # records not held: this call's own articles' (not written yet), or evicted ones
-                stop[0] = STOP_RECORDS
                 for k in range(m):
                     if starts[k] < 0 and found[k] < seq0:
                         stop[0] = STOP_PYTHON
-                return i
+                        return i
+                held_at = _with_provisional(found, starts, lengths, m, seq0, start, rows, provisional_at)
+                recs = _gathered(buf, provisional, found, starts, lengths, held_at, m, seq0, start, rows,
+                                 provisional_at)
+                got = verify_candidates(recs, starts[:m], lengths[:m], queries[r], simhashes[r], size, jaccard_of,
+                                        jaccard4_of, rules, params, no_shared, 0, 0.0, words_a, counts,
+                                        identity[identity_at[r]:identity_at[r + 1]], out, summary, passed)
+                for k in range(m):  # (where each record is in the record store: -1 for this call's)
+                    starts[k] = held_at[k]
             if summary[_S_UNCERTAIN] != 0.0:
                 stop[0] = STOP_PYTHON
                 return i
@@ -224,6 +303,10 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
                      keys[r] if indexed else no_keys, fps, tags, seqs, s_meta, permuted[r] if indexed else no_keys,
                      masks, p_slot_keys, p_slot_head, p_node_seq, p_node_next, p_old_keys, p_old_head, p_mirror_seq,
                      p_mirror_next, p_meta, adds, seq, settings[K_CAP], settings[K_PASSAGE_CAP])
+        if indexed:  # (a later article of this call may find it before Python writes its record)
+            _write_provisional(provisional, provisional_at[r], simhashes[r], size, signature_u8, queries.shape[1],
+                               r, identity_u8, identity_at[r], identity_at[r + 1] - identity_at[r], na, words[r],
+                               _WORD_BYTES if has_words[r] else 0)
     stop[0] = STOP_DONE
     return n
 
