@@ -102,21 +102,29 @@ def run_batch(engine: Deduplicator, ids: list[str], fingerprints: Callable[[list
 
 def _builder(view: BatchView, prepared: list[Prepared | None], engine: Deduplicator) -> Builder | None:
     """The compiled decisions' arrays (:mod:`stream_dedup.batch_decisions`) for the batch's articles
-    with shingles (their keys made here for all: :func:`_batch_keys`); the kernel takes those that
-    are neither exact duplicates of an indexed article nor of one before them in the batch."""
+    with shingles (their keys made here for all: :func:`_batch_keys`), and for each the exact
+    duplicate it may be (``exact_to``: the seq of an indexed article with its exact hash, ``-2 -
+    j`` for an earlier article ``j`` of the batch with it, -1 for none)."""
     positions = [i for i, p in enumerate(prepared) if p is not None and p.fp.n_shingles > 0]
     if len(positions) < 2:
         return None
     chosen: list[Prepared] = [prepared[i] for i in positions]  # type: ignore[misc]
     signatures = np.stack([p.sig for p in chosen])
     keys, permuted, joined = _batch_keys(chosen, engine.index.buckets, engine.tables, signatures)
-    seen: set[bytes] = set()
+    first: dict[bytes, int] = {}  # each exact hash's first article in the batch
     fast = []
-    for p in chosen:
+    exact_to = np.full(len(prepared), -1, dtype=np.int64)
+    for i, p in zip(positions, chosen, strict=True):
         exact = p.fp.exact
-        fast.append(Builder.takes(p) and exact not in seen and view.exact_match(exact) is None)
-        seen.add(exact)
-    return Builder(len(prepared), positions, chosen, fast, keys, permuted, signatures, joined)
+        fast.append(Builder.takes(p))
+        stored = view.exact_match(exact)
+        if stored is not None:  # (an indexed article's: the exact duplicate of its record, if held)
+            exact_to[i] = stored
+        elif exact in first:  # (an earlier article of the batch: if indexed, this is its exact duplicate)
+            exact_to[i] = -2 - first[exact]
+        else:
+            first[exact] = i
+    return Builder(len(prepared), positions, chosen, fast, keys, permuted, signatures, joined, exact_to)
 
 
 def _batch_keys(todo: list[Prepared], buckets: BandTable, tables: PermutedTables,

@@ -44,11 +44,13 @@ class Builder:
     """The arrays :func:`~stream_dedup.decide_kernel.decide_run` reads for a batch, made once from its prepared articles."""
 
     def __init__(self, n: int, positions: list[int], chosen: list[Prepared], fast: list[bool], keys: np.ndarray,
-                 permuted: np.ndarray, signatures: np.ndarray, anchor_bytes: bytes) -> None:
+                 permuted: np.ndarray, signatures: np.ndarray, anchor_bytes: bytes, exact_to: np.ndarray) -> None:
         """A batch of ``n`` articles; ``chosen``: the prepared articles with shingles, at ``positions``
         of the batch, ``fast`` saying which the kernel may take (:meth:`takes`, not exact duplicates);
         ``keys``, ``permuted``, ``signatures``, ``anchor_bytes``: their bucket keys, permuted
-        SimHashes and signatures (rows) and their anchors' bytes end to end (:func:`stream_dedup.batch._batch_keys`)."""
+        SimHashes and signatures (rows) and their anchors' bytes end to end (:func:`stream_dedup.batch._batch_keys`);
+        ``exact_to``: the exact duplicate each article may be (:func:`stream_dedup.batch._builder`)."""
+        self.exact_to = exact_to
         self.rows = np.full(n, -1, dtype=np.int64)
         self.rows[[i for i, f in zip(positions, fast, strict=True) if f]] = \
             [r for r, f in enumerate(fast) if f]
@@ -103,7 +105,8 @@ class Builder:
                 lists.reserve(joins)
         store = view.index.record_store
         return _decide_run(start, view.next_seq, self.rows, self.keys, self.permuted, self.queries, self.simhashes,
-                           self.sizes, self.words, self.has_words, self.identity, self.identity_at, self.anchors,
+                           self.sizes, self.words, self.has_words, self.identity, self.identity_at, self.exact_to,
+                           self.anchors,
                            self.anchors_at, *buckets._args, simhash.fps, simhash.tags, simhash.seqs, simhash.old_fps,
                            simhash.old_tags, simhash.old_seqs, simhash.meta, simhash.masks, *lists._args, store.buf,
                            store.keys, store.vals, *rules_arrays, settings, index_below, self.signature_u8,
@@ -226,10 +229,22 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
         article_id = ids[j]
         fp = prepared[j].fp  # type: ignore[union-attr]
         candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, indexed, joins, at, \
-            length = row
+            length, exact = row
         root_id = article_id
         rid = b""
-        if best >= 0:
+        if exact:  # (Deduplicator._decide's exact duplicate)
+            if at < 0:
+                k = int(best) - seq0
+                matched_id, root_id = ids[start + k], roots[k]
+            else:
+                matched_id, root_id = ids_of(held[int(at):int(at + length)])
+            decision = Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=1.0, method="exact",
+                                hamming_distance=int(ham), containment=1.0, matched_id=matched_id, methods=("exact",),
+                                candidates=1)
+            stored = stored_decision.encode_decision(decision, article_id, root_id)
+            if root_id != article_id:
+                rid = root_id.encode("utf-8", "surrogatepass")
+        elif best >= 0:
             if at < 0:
                 k = int(best) - seq0
                 matched_id, root_id = ids[start + k], roots[k]

@@ -13,8 +13,12 @@ It decides only what it can decide exactly as :meth:`Deduplicator._decide
 <stream_dedup.engine.Deduplicator._decide>` does, and stops at the first article it cannot, which
 then goes that way (:data:`STOP_PYTHON`):
 
-* an article the caller marks (``rows[i] < 0``): a replay, an exact duplicate (its hash indexed,
-  or that of an earlier article of the batch), an empty text, a content-word bitmap of another size;
+* an article the caller marks (``rows[i] < 0``): a replay, an empty text, a content-word bitmap of
+  another size;
+* an exact duplicate (``exact_to[i]``: an indexed article has its exact hash, or an earlier article
+  of the batch does and was indexed) whose match's record the store does not hold, or whose
+  earlier article of the batch was decided before this call (an exact duplicate of a held record or
+  of an article filed in this call is decided here: :func:`_exact_duplicate`, ``R_EXACT``);
 * more than ``max_verify`` candidates, a candidate whose record the record store does not hold
   (evicted from its cache), a rounding at a half (:mod:`stream_dedup.candidate_rules`);
 * an article whose passage step would verify again: a stored article shares ``passage_min_shared``
@@ -41,7 +45,9 @@ from .jit import compiling, inline, kernel, trusted
 
 if compiling():
     from .candidate_rules import verify_candidates, verify_stored
+    from .kernels import popcount, record_head
     from .list_table import table_members
+    from .record_store import locate
     from .simhash_table import file_article, lookup_candidates
 
 __all__ = ["STOP_DONE", "STOP_PYTHON", "STOP_RECORDS", "decide_run"]
@@ -52,8 +58,8 @@ STOP_DONE, STOP_RECORDS, STOP_PYTHON = 0, 1, 2
 # Jaccard and containment (as reported), the template's Jaccard, indexed (0/1), joins its passage lists (0/1),
 # where the best's (else the template's) record is in the record store's buffer and its length
 R_CANDIDATES, R_BEST, R_TEMPLATE, R_AGREED, R_HITS, R_DIRECTION, R_HAMMING, R_JACCARD, R_CONTAINMENT, \
-    R_TEMPLATE_JACCARD, R_INDEXED, R_JOINS, R_AT, R_LENGTH = range(14)
-R_COLUMNS = 14
+    R_TEMPLATE_JACCARD, R_INDEXED, R_JOINS, R_AT, R_LENGTH, R_EXACT = range(15)
+R_COLUMNS = 15  # (R_EXACT: 1 for an exact duplicate of R_BEST)
 # settings (int64): SimHash distance, candidates verified at most, short-text range (low, high), band
 # table cap, passage lists' cap, largest seq the buckets can name, passage_common_docs, passage_min_shared
 K_SIMHASH, K_MAX_VERIFY, K_SHORT_LOW, K_SHORT_HIGH, K_CAP, K_PASSAGE_CAP, K_MAX_SEQ, K_COMMON, K_MIN_SHARED = range(9)
@@ -147,6 +153,34 @@ def _write_provisional(out, at, simhash, n, signature_u8, rows, r, identity_u8, 
 
 
 @inline
+def _exact_duplicate(res, target, seq0, start, rows, simhashes, simhash, buf, store_keys, store_vals, starts, lengths):
+    """Leave in ``res`` the decision of an exact duplicate of article ``target`` (filed in this
+    call, or one whose record the store holds); False if the store does not hold its record."""
+    if target >= seq0:  # (filed earlier in this call: its SimHash is the batch's)
+        other = simhashes[rows[start + (target - seq0)]]
+        at, length = -1, 0
+    else:
+        one = np.empty(1, dtype=np.int64)
+        one[0] = target
+        if locate(buf, store_keys, store_vals, one, starts, lengths):
+            return False
+        at, length = starts[0], lengths[0]
+        other, _ = record_head(buf, at)
+    res[R_CANDIDATES] = 1.0
+    res[R_BEST] = target
+    res[R_TEMPLATE] = -1.0
+    res[R_HAMMING] = popcount(other ^ simhash)
+    res[R_JACCARD] = 1.0
+    res[R_CONTAINMENT] = 1.0
+    res[R_INDEXED] = 0.0
+    res[R_JOINS] = 0.0
+    res[R_AT] = at
+    res[R_LENGTH] = length
+    res[R_EXACT] = 1.0
+    return True
+
+
+@inline
 def _with_provisional(found, starts, lengths, m, seq0, start, rows, provisional_at):
     """Where each of the ``m`` candidates' records is in the record store (-1: filed earlier in
     this call, its record is the provisional one); the lengths of those set."""
@@ -182,7 +216,7 @@ def _gathered(buf, provisional, found, starts, lengths, held_at, m, seq0, start,
 
 @kernel
 def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, words, has_words, identity, identity_at,
-               anchors, anchors_at, slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq,
+               exact_to, anchors, anchors_at, slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq,
                mirror_next, meta, fps, tags, seqs, old_fps, old_tags, old_seqs, s_meta, masks, p_slot_keys,
                p_slot_head, p_node_seq, p_node_next, p_old_keys, p_old_head, p_mirror_seq, p_mirror_next, p_meta,
                buf, store_keys, store_vals, jaccard_of, jaccard4_of, rules, params, counts, out, summary, passed,
@@ -215,6 +249,20 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
         if r < 0 or seq > settings[K_MAX_SEQ]:
             stop[0] = STOP_PYTHON
             return i
+        if exact_to[i] != -1:  # (Deduplicator._decide's exact match: an indexed article with its exact hash)
+            target = exact_to[i]
+            if target < -1:  # an earlier article of the batch: if it was indexed (then, its seq)
+                j = -2 - target
+                if j < start:  # (decided before this call: its decision is not in this call's results)
+                    stop[0] = STOP_PYTHON
+                    return i
+                target = seq0 + (j - start) if result[j, R_INDEXED] != 0.0 else -1
+            if target >= 0:
+                if _exact_duplicate(result[i], target, seq0, start, rows, simhashes, simhashes[r], buf, store_keys,
+                                    store_vals, starts, lengths):
+                    continue
+                stop[0] = STOP_PYTHON  # (its record not held: evicted from the record store, or deleted)
+                return i
         size = sizes[r]
         found = lookup_candidates(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq,
                                   mirror_next, meta, keys[r], fps, tags, seqs, old_fps, old_tags, old_seqs,
@@ -290,6 +338,7 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
             res[R_TEMPLATE_JACCARD] = out[_O_JACCARD, template]
             res[R_AGREED] = summary[_S_AGREED]
         res[R_INDEXED] = 1.0 if indexed else 0.0
+        res[R_EXACT] = 0.0
         res[R_JOINS] = joins
         adds = no_keys
         if joins:

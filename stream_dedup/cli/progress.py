@@ -62,7 +62,9 @@ class StatsLines:
     """``--stats-every N``: one JSON line on stderr per N input lines, for benchmarks and monitoring.
 
     Fields: ``lines`` and ``seconds`` so far, ``chunk_records_per_second`` over the last chunk,
-    ``cpu_seconds`` of the process since the clock started (RocksDB's compaction threads included), ``rss_bytes``, ``index_articles``, ``index_bytes`` (on disk), ``memory_budget_bytes``,
+    ``cpu_seconds`` of the process since the clock started (RocksDB's compaction threads included),
+    ``main_thread_cpu_seconds`` (the thread that reads, decides and writes: the rest is RocksDB's
+    flushes and compactions, a table's growth, the lists' snapshot), ``rss_bytes``, ``index_articles``, ``index_bytes`` (on disk), ``memory_budget_bytes``,
     ``block_cache_usage_bytes``, ``band_table_bytes``, ``passage_lists_bytes`` and ``simhash_table_bytes``
     (the LSH buckets, passage lists and SimHash tables in memory) and ``block_cache_hit_rate``
     over the chunk.
@@ -73,6 +75,7 @@ class StatsLines:
         self.last = (t0, 0, 0, 0)  # time, lines, cache hits, cache misses
         self.t0 = t0
         self.cpu0 = sum(os.times()[:2])
+        self.thread0 = time.thread_time()  # (the main thread's: it reads, decides and writes)
 
     def emit(self, summary: Summary) -> None:
         now = time.perf_counter()
@@ -82,6 +85,7 @@ class StatsLines:
         line = {"stats": "chunk", "lines": summary.lines, "seconds": round(now - self.t0, 3),
                 "chunk_records_per_second": round((summary.lines - lines) / max(now - t, 1e-9), 1),
                 "cpu_seconds": round(sum(os.times()[:2]) - self.cpu0, 2),
+                "main_thread_cpu_seconds": round(time.thread_time() - self.thread0, 3),
                 "rss_bytes": rss_bytes(), "index_articles": len(self.dedup), "index_bytes": self.dedup.disk_bytes(),
                 "memory_budget_bytes": mem["memory_budget_bytes"],
                 "block_cache_usage_bytes": mem["block_cache_usage_bytes"],

@@ -29,9 +29,16 @@ def test_scale_bench_feeds_chunks_and_measures_a_reference_around_each(tmp_path:
     for s in stats:
         assert 0 < s["busy_seconds"] < 60
         assert s["reference_rate"] > 0
+        # the command's CPU by thread (schedstat): the deciding thread's, never more than the whole process's
+        assert 0 < s["decider_cpu_seconds"] == s["main_thread_cpu_seconds"] <= s["cpu_seconds"] + 0.05
+        assert s["decider_wait_seconds"] >= 0
+        assert s["rocksdb_cpu_seconds"] >= 0 and s["other_cpu_seconds"] >= 0
     assert result["flat_at_reference_speed"] in (True, False)
-    rows = [line for line in proc.stdout.splitlines() if line[:3] in ("| 1", "| 2") and line.count("|") == 13]
-    assert len(rows) == 3, proc.stdout  # a row per chunk, with the reference's columns
+    rows = [line for line in proc.stdout.splitlines() if line[:3] in ("| 1", "| 2") and line.count("|") == 15]
+    assert len(rows) == 3, proc.stdout  # a row per chunk, with the threads' and the reference's columns
+    assert all(len(row.split("|")[5].split("/")) == 3 for row in rows)  # deciding / RocksDB / other
     assert "at the reference's speed, slowest chunk" in proc.stdout
     assert len(result["tenths"]) == 2  # two full chunks: tenths of one chunk each
     assert "tenths within 20 % of the first tenth: records/s" in proc.stdout
+    assert "the deciding thread's CPU per record" in proc.stdout
+    assert all(t["deciding_thread_cpu_ms_per_record"] > 0 for t in result["tenths"])

@@ -24,7 +24,7 @@ class Counted:
     """Counts the articles Python decides (Deduplicator._decide) and those the kernel does."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.python = self.kernel = 0
+        self.python = self.kernel = self.calls = 0
         decide, run = Deduplicator._decide, batch_decisions.Builder.run
 
         def counted_decide(engine: Deduplicator, *args: object) -> object:
@@ -34,6 +34,7 @@ class Counted:
         def counted_run(builder: batch_decisions.Builder, view: BatchView, start: int, *args: object) -> int:
             stop = run(builder, view, start, *args)
             self.kernel += stop - start
+            self.calls += 1
             return stop
 
         monkeypatch.setattr(Deduplicator, "_decide", counted_decide)
@@ -123,8 +124,8 @@ def test_other_configurations_decide_as_one_by_one(tmp_path: Path, shared_stream
 
 def test_a_copy_later_in_the_same_batch_is_decided_by_the_kernel(tmp_path: Path, textgen: SimpleNamespace,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A near copy of an article earlier in its batch (whose record the kernel has not written):
-    the kernel stops, the records are written, it resumes there; the copy is a duplicate."""
+    """A near copy of an article earlier in its batch (whose record Python has not written yet):
+    verified on the provisional record the kernel left, in the same call; the copy is a duplicate."""
     a, b = textgen.words(1, 200), textgen.words(2, 200)
     articles = [Article(id="a", text=textgen.text(a)), Article(id="b", text=textgen.text(b)),
                 Article(id="a-edit", text=textgen.text(a[:190] + b[:10])),
@@ -134,12 +135,12 @@ def test_a_copy_later_in_the_same_batch_is_decided_by_the_kernel(tmp_path: Path,
         out = d.process_batch(articles, now=NOW)
     assert [x.type for x in out] == ["new", "new", "duplicate-of", "new"]
     assert out[2].duplicate_of == "a" and out[2].method == "minhash"
-    assert (counted.kernel, counted.python) == (4, 0)
+    assert (counted.kernel, counted.python, counted.calls) == (4, 0, 1)
 
 
-def test_exact_copies_and_replays_go_to_python(tmp_path: Path, textgen: SimpleNamespace,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """An exact copy of an earlier article of the batch and a replayed id are Python's; the rest the kernel's."""
+def test_exact_copies_are_the_kernels_and_replays_go_to_python(tmp_path: Path, textgen: SimpleNamespace,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exact copy of an earlier article of the batch is decided by the kernel, a replayed id by Python."""
     a = textgen.words(1, 200)
     articles = [Article(id="a", text=textgen.text(a)), Article(id="a-copy", text=textgen.text(a)),
                 Article(id="a", text="replayed"), Article(id="b", text=textgen.text(textgen.words(2, 200)))]
@@ -148,7 +149,47 @@ def test_exact_copies_and_replays_go_to_python(tmp_path: Path, textgen: SimpleNa
         out = d.process_batch(articles, now=NOW)
     assert [(x.type, x.method, x.seen_before) for x in out] == [("new", None, False), ("duplicate-of", "exact", False),
                                                                  ("new", None, True), ("new", None, False)]
-    assert (counted.kernel, counted.python) == (2, 2)
+    assert out[1].matched_id == "a" and out[1].duplicate_of == "a" and out[1].hamming_distance == 0
+    assert (counted.kernel, counted.python) == (3, 1)
+
+
+def test_every_kind_of_exact_copy_decides_as_one_by_one(tmp_path: Path, textgen: SimpleNamespace,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact copies (a different case and spacing, the same folded text) of: an article of an
+    earlier batch (its record held), of one whose record the store no longer holds (Python, from
+    RocksDB), of an earlier article of the batch, of a copy of a copy (the root is the first), and
+    of an earlier near-copy that was not indexed (not an exact duplicate then: decided on its
+    candidates). The events and the index are those of one article at a time."""
+    a, b, c = textgen.words(1, 200), textgen.words(2, 200), textgen.words(3, 200)
+    first = [Article(id="a", text=textgen.text(a)), Article(id="b", text=textgen.text(b))]
+    near = textgen.text(c[:199] + ["changed"])
+    batch = [Article(id="a-copy", text=textgen.text(a).upper()),
+             Article(id="b-copy", text="  " + textgen.text(b)),
+             Article(id="c", text=textgen.text(c)), Article(id="c-copy", text=textgen.text(c)),
+             Article(id="c-copy-2", text=textgen.text(c) + " "),
+             Article(id="c-near", text=near), Article(id="c-near-copy", text=near),
+             Article(id="d", text=textgen.text(textgen.words(4, 200)))]
+
+    def run(size: int, evict: bool) -> list[dict]:
+        with Deduplicator(EngineConfig(), tmp_path / f"s{size}{evict}") as d:
+            events = [x.to_event() for x in d.process_batch(first, now=NOW)]
+            if evict:  # (b's record gone from the store: read again from RocksDB)
+                store = d.index.record_store
+                store.delete(1)
+            for i in range(0, len(batch), size):
+                events += [x.to_event() for x in d.process_batch(batch[i:i + size], now=NOW)]
+            return events
+
+    reference = run(1, False)
+    by_id = {e["id"]: e for e in reference}
+    assert by_id["a-copy"]["method"] == by_id["b-copy"]["method"] == by_id["c-copy"]["method"] == "exact"
+    assert by_id["c-copy-2"]["duplicate_of"] == "c" and by_id["c-copy-2"]["method"] == "exact"
+    assert by_id["c-near"]["method"] == "minhash" and by_id["c-near-copy"]["method"] == "minhash"
+    for evict in (False, True):
+        counted = Counted(monkeypatch)
+        assert run(len(batch), evict) == reference
+        monkeypatch.undo()
+        assert counted.python == (1 if evict else 0), (evict, counted.python, counted.kernel)  # (b-copy, evicted)
 
 
 def test_a_batch_that_raises_takes_the_kernels_filings_out(tmp_path: Path, textgen: SimpleNamespace,
