@@ -21,10 +21,13 @@ then goes that way (:data:`STOP_PYTHON`):
   of an article filed in this call is decided here: :func:`_exact_duplicate`, ``R_EXACT``);
 * more than ``max_verify`` candidates, a candidate whose record the record store does not hold
   (evicted from its cache), a rounding at a half (:mod:`stream_dedup.candidate_rules`);
-* an article whose passage step would verify again: a stored article shares ``passage_min_shared``
-  usable anchors with it, or it is a duplicate with boilerplate to discount (:func:`_shares`).
-  Otherwise the step's decision stands and the kernel chooses the lists it joins (:func:`_joins`,
-  as :func:`stream_dedup.passages.posting_writes` does).
+* an article whose passage step verifies again (a stored article shares ``passage_min_shared``
+  usable anchors with it, or it is a duplicate with boilerplate to discount: :func:`_shares`) with
+  more than ``max_verify / 4`` articles sharing enough (Python's order among equal counts decides
+  which). Otherwise the kernel verifies it again itself, on its candidates and those articles,
+  with their shared anchors (:func:`_passage_candidates`, as :meth:`Deduplicator._passages
+  <stream_dedup.engine.Deduplicator._passages>` does), and chooses the lists it joins
+  (:func:`_joins`, as :func:`stream_dedup.passages.posting_writes` does).
 
 A candidate filed earlier in the same call has no record in the record store yet (records are
 written in Python, after the call): each article the call files leaves a *provisional* record in
@@ -181,6 +184,88 @@ def _exact_duplicate(res, target, seq0, start, rows, simhashes, simhash, buf, st
 
 
 @inline
+def _verify(buf, store_keys, store_vals, provisional, provisional_at, found, starts, lengths, seq0, start, rows, query,
+            simhash, size, jaccard_of, jaccard4_of, rules, params, shared, usable, common, words_a, counts, identity_a,
+            out, summary, passed):
+    """:func:`~stream_dedup.candidate_rules.verify_stored` on ``found``, the records of those filed
+    earlier in this call being their provisional ones (:func:`_gathered`); ``starts`` left where each
+    is in the record store (-1: this call's). Returns how many pass, or -1 where Python must decide:
+    a candidate the store does not hold (evicted), a rounding at a half."""
+    m = found.shape[0]
+    got = verify_stored(buf, store_keys, store_vals, found, starts, lengths, query, simhash, size, jaccard_of,
+                        jaccard4_of, rules, params, shared, usable, common, words_a, counts, identity_a, out, summary,
+                        passed)
+    if got < 0:  # records not held: this call's own articles' (not written yet), or evicted ones
+        for k in range(m):
+            if starts[k] < 0 and found[k] < seq0:
+                return -1
+        held_at = _with_provisional(found, starts, lengths, m, seq0, start, rows, provisional_at)
+        recs = _gathered(buf, provisional, found, starts, lengths, held_at, m, seq0, start, rows, provisional_at)
+        got = verify_candidates(recs, starts[:m], lengths[:m], query, simhash, size, jaccard_of, jaccard4_of, rules,
+                                params, shared, usable, common, words_a, counts, identity_a, out, summary, passed)
+        for k in range(m):  # (where each record is in the record store: -1 for this call's)
+            starts[k] = held_at[k]
+    if summary[_S_UNCERTAIN] != 0.0:
+        return -1
+    return got
+
+
+@inline
+def _passage_candidates(found, members, ends, common, min_shared):
+    """The candidates of :meth:`Deduplicator._passages <stream_dedup.engine.Deduplicator._passages>`:
+    ``found`` and the articles sharing at least ``min_shared`` usable anchors (in lists of fewer
+    than ``common`` members), ascending, each one's count of shared usable anchors (0 if under
+    ``min_shared``, as :func:`stream_dedup.passages.lookup` keeps them), the usable lists, and how
+    many articles share enough."""
+    kept = np.empty(members.shape[0], dtype=members.dtype)
+    nk = 0
+    usable = 0
+    prev = 0
+    for t in range(ends.shape[0]):
+        if ends[t] - prev < common:
+            usable += 1
+            for q in range(prev, ends[t]):
+                kept[nk] = members[q]
+                nk += 1
+        prev = ends[t]
+    ordered = np.sort(kept[:nk])
+    sharing = np.empty(nk, dtype=members.dtype)
+    shared_n = np.empty(nk, dtype=np.int64)
+    ns = 0
+    q = 0
+    while q < nk:
+        e = q + 1
+        while e < nk and ordered[e] == ordered[q]:
+            e += 1
+        if e - q >= min_shared:
+            sharing[ns] = ordered[q]
+            shared_n[ns] = e - q
+            ns += 1
+        q = e
+    nf = found.shape[0]
+    seqs = np.empty(nf + ns, dtype=found.dtype)
+    counts = np.zeros(nf + ns, dtype=np.int64)
+    a = 0
+    b = 0
+    c = 0
+    while a < nf or b < ns:
+        if b >= ns or (a < nf and np.int64(found[a]) < np.int64(sharing[b])):
+            seqs[c] = found[a]
+            a += 1
+        elif a >= nf or np.int64(sharing[b]) < np.int64(found[a]):
+            seqs[c] = sharing[b]
+            counts[c] = shared_n[b]
+            b += 1
+        else:
+            seqs[c] = found[a]
+            counts[c] = shared_n[b]
+            a += 1
+            b += 1
+        c += 1
+    return seqs[:c], counts[:c], usable, ns
+
+
+@inline
 def _with_provisional(found, starts, lengths, m, seq0, start, rows, provisional_at):
     """Where each of the ``m`` candidates' records is in the record store (-1: filed earlier in
     this call, its record is the provisional one); the lengths of those set."""
@@ -274,25 +359,13 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
         best = -1
         template = -1
         got = 0
+        words_a = words[r] if has_words[r] else no_words
+        identity_r = identity[identity_at[r]:identity_at[r + 1]]
         if m:
-            words_a = words[r] if has_words[r] else no_words
-            got = verify_stored(buf, store_keys, store_vals, found, starts, lengths, queries[r], simhashes[r], size,
-                                jaccard_of, jaccard4_of, rules, params, no_shared, 0, 0.0, words_a, counts,
-                                identity[identity_at[r]:identity_at[r + 1]], out, summary, passed)
-            if got < 0:  # records not held: this call's own articles' (not written yet), or evicted ones
-                for k in range(m):
-                    if starts[k] < 0 and found[k] < seq0:
-                        stop[0] = STOP_PYTHON
-                        return i
-                held_at = _with_provisional(found, starts, lengths, m, seq0, start, rows, provisional_at)
-                recs = _gathered(buf, provisional, found, starts, lengths, held_at, m, seq0, start, rows,
-                                 provisional_at)
-                got = verify_candidates(recs, starts[:m], lengths[:m], queries[r], simhashes[r], size, jaccard_of,
-                                        jaccard4_of, rules, params, no_shared, 0, 0.0, words_a, counts,
-                                        identity[identity_at[r]:identity_at[r + 1]], out, summary, passed)
-                for k in range(m):  # (where each record is in the record store: -1 for this call's)
-                    starts[k] = held_at[k]
-            if summary[_S_UNCERTAIN] != 0.0:
+            got = _verify(buf, store_keys, store_vals, provisional, provisional_at, found, starts, lengths, seq0,
+                          start, rows, queries[r], simhashes[r], size, jaccard_of, jaccard4_of, rules, params,
+                          no_shared, 0, 0.0, words_a, counts, identity_r, out, summary, passed)
+            if got < 0:  # (an evicted candidate, or a rounding at a half)
                 stop[0] = STOP_PYTHON
                 return i
             best = int(summary[_S_BEST])
@@ -306,13 +379,27 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
         passage_step = (best < 0 or contained) and na > 0 and not (short_low < size < short_high)
         ends = no_ends
         members = no_members
-        if passage_step:  # (passages.lookup; Python's if the lists share enough with an article)
+        if passage_step:  # (passages.lookup)
             ends = np.zeros(na, dtype=np.int64)
             members = table_members(p_slot_keys, p_slot_head, p_node_seq, p_node_next, p_old_keys, p_old_head,
                                     p_mirror_seq, p_mirror_next, p_meta, anchors[a_from:a_to], ends)
             if members.shape[0] and _shares(members, ends, settings[K_COMMON], settings[K_MIN_SHARED], best >= 0):
-                stop[0] = STOP_PYTHON
-                return i
+                # verified again with the articles sharing passages (Deduplicator._passages)
+                found, shared, usable, n_shared = _passage_candidates(found, members, ends, settings[K_COMMON],
+                                                                      settings[K_MIN_SHARED])
+                m = found.shape[0]
+                if n_shared > settings[K_MAX_VERIFY] // 4 or m > out.shape[1]:  # (Python's order among ties)
+                    stop[0] = STOP_PYTHON
+                    return i
+                got = _verify(buf, store_keys, store_vals, provisional, provisional_at, found, starts, lengths, seq0,
+                              start, rows, queries[r], simhashes[r], size, jaccard_of, jaccard4_of, rules, params,
+                              shared if n_shared else no_shared, usable, 1.0 - usable / na, words_a, counts,
+                              identity_r, out, summary, passed)
+                if got < 0:
+                    stop[0] = STOP_PYTHON
+                    return i
+                best = int(summary[_S_BEST])
+                template = int(summary[_S_TEMPLATE])
         indexed = not (best >= 0 and out[_O_JACCARD, best] >= index_below)
         join = joined[a_from:a_to]
         joins = 0

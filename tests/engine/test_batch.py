@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from stream_dedup.batch import BatchView
 from stream_dedup.config import EngineConfig
 from stream_dedup.engine import Deduplicator
 from stream_dedup.record import Article, article_from_object
@@ -123,7 +124,6 @@ def test_decide_batch_keeps_each_articles_own_time(tmp_path: Path, textgen: Simp
 def test_a_batch_reads_the_lsh_buckets_as_they_will_be_after_its_commit(tmp_path: Path) -> None:
     """The batch's own bucket members are seen before they reach the index's bucket table, capped
     as the table will cap them (a bucket holds its newest ``max_bucket`` members)."""
-    from stream_dedup.batch import BatchView
     from stream_dedup.index import Index
 
     index = Index(tmp_path / "s", num_perm=8, settings={"test": "batch-buckets"}, max_bucket=3, banding=(2, 3))
@@ -173,18 +173,18 @@ def test_a_batch_that_raises_takes_its_articles_out_of_the_lists(tmp_path: Path,
     with Deduplicator(EngineConfig(), tmp_path / "s") as d:
         first = [x.to_event() for x in d.process_batch(articles, now=NOW)]
         before, count = _lists_state(d.index), len(d)
-        real_verify, calls = Deduplicator._verify, [0]
+        real_write, calls = BatchView.write_record, [0]
 
         def interrupted(self, *args, **kwargs):
             calls[0] += 1
-            if calls[0] == 5:  # after four of the batch's articles are filed
+            if calls[0] == 5:  # after the batch's articles are filed and four of them written
                 raise KeyboardInterrupt
-            return real_verify(self, *args, **kwargs)
+            return real_write(self, *args, **kwargs)
 
-        monkeypatch.setattr(Deduplicator, "_verify", interrupted)
+        monkeypatch.setattr(BatchView, "write_record", interrupted)
         with pytest.raises(KeyboardInterrupt):
             d.process_batch(more, now=NOW)
-        monkeypatch.setattr(Deduplicator, "_verify", real_verify)
+        monkeypatch.setattr(BatchView, "write_record", real_write)
         assert calls[0] == 5 and len(d) == count
         assert d.index._lists is not None and _lists_state(d.index) == before  # taken out, not rebuilt
         assert d.index.record_store.get_many(list(range(count, count + 4))) == [None] * 4  # (their seqs come again)
@@ -196,7 +196,6 @@ def test_a_batch_that_raises_takes_its_articles_out_of_the_lists(tmp_path: Path,
 def test_a_rollback_past_a_capped_bucket_rebuilds_the_lists(tmp_path: Path) -> None:
     """A bucket at its cap dropped its oldest member when the batch filed one: that cannot be undone
     in place, so the rollback drops the lists and the next use builds them from RocksDB, as they were."""
-    from stream_dedup.batch import BatchView
     from stream_dedup.index import Index
 
     index = Index(tmp_path / "s", num_perm=8, settings={"test": "batch-rollback"}, max_bucket=2, banding=(2, 3))

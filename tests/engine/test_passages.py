@@ -174,7 +174,8 @@ def test_the_joins_of_a_batch_article_are_those_of_one_alone(common_docs: int) -
     todo = [Prepared(fp, np.zeros(8, dtype=">u2")) for fp in fps]
     signatures = np.stack([p.sig for p in todo])
     keys, permuted, joined = _batch_keys(todo, _band_table(), _tables(), signatures)
-    builder = Builder(len(todo), list(range(len(todo))), todo, [False] * len(todo), keys, permuted, signatures, joined)
+    builder = Builder(len(todo), list(range(len(todo))), todo, [False] * len(todo), keys, permuted, signatures, joined,
+                      np.full(len(todo), -1, dtype=np.int64))
     for i, p in enumerate(todo):
         builder.prepare(i, p)
     lists = MemberLists(cap=100, slots=64, nodes=64)
