@@ -104,14 +104,16 @@ def _builder(view: BatchView, prepared: list[Prepared | None], engine: Deduplica
     """The compiled decisions' arrays (:mod:`stream_dedup.batch_decisions`) for the batch's articles
     with shingles (their keys made here for all: :func:`_batch_keys`), and for each the exact
     duplicate it may be (``exact_to``: the seq of an indexed article with its exact hash, ``-2 -
-    j`` for an earlier article ``j`` of the batch with it, -1 for none)."""
+    j`` for the batch's article ``j`` with it just before, -1 for none: the kernel walks back
+    through the batch's articles with the hash to the latest one indexed, whose exact hash the
+    index maps to it then)."""
     positions = [i for i, p in enumerate(prepared) if p is not None and p.fp.n_shingles > 0]
     if len(positions) < 2:
         return None
     chosen: list[Prepared] = [prepared[i] for i in positions]  # type: ignore[misc]
     signatures = np.stack([p.sig for p in chosen])
     keys, permuted, joined = _batch_keys(chosen, engine.index.buckets, engine.tables, signatures)
-    first: dict[bytes, int] = {}  # each exact hash's first article in the batch
+    last: dict[bytes, int] = {}  # each exact hash's latest article in the batch so far
     fast = []
     exact_to = np.full(len(prepared), -1, dtype=np.int64)
     for i, p in zip(positions, chosen, strict=True):
@@ -120,10 +122,10 @@ def _builder(view: BatchView, prepared: list[Prepared | None], engine: Deduplica
         stored = view.exact_match(exact)
         if stored is not None:  # (an indexed article's: the exact duplicate of its record, if held)
             exact_to[i] = stored
-        elif exact in first:  # (an earlier article of the batch: if indexed, this is its exact duplicate)
-            exact_to[i] = -2 - first[exact]
-        else:
-            first[exact] = i
+        else:  # (the batch's articles with this hash before it, latest first: the latest indexed one's)
+            if exact in last:
+                exact_to[i] = -2 - last[exact]
+            last[exact] = i
     return Builder(len(prepared), positions, chosen, fast, keys, permuted, signatures, joined, exact_to)
 
 

@@ -336,12 +336,12 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
             return i
         if exact_to[i] != -1:  # (Deduplicator._decide's exact match: an indexed article with its exact hash)
             target = exact_to[i]
-            if target < -1:  # an earlier article of the batch: if it was indexed (then, its seq)
+            while target < -1:  # the batch's articles with its hash, latest first: the latest indexed one's seq
                 j = -2 - target
                 if j < start:  # (decided before this call: its decision is not in this call's results)
                     stop[0] = STOP_PYTHON
                     return i
-                target = seq0 + (j - start) if result[j, R_INDEXED] != 0.0 else -1
+                target = seq0 + (j - start) if result[j, R_INDEXED] != 0.0 else exact_to[j]
             if target >= 0:
                 if _exact_duplicate(result[i], target, seq0, start, rows, simhashes, simhashes[r], buf, store_keys,
                                     store_vals, starts, lengths):

@@ -159,7 +159,8 @@ def test_every_kind_of_exact_copy_decides_as_one_by_one(tmp_path: Path, textgen:
     earlier batch (its record held), of one whose record the store no longer holds (Python, from
     RocksDB), of an earlier article of the batch, of a copy of a copy (the root is the first), and
     of an earlier near-copy that was not indexed (not an exact duplicate then: decided on its
-    candidates). The events and the index are those of one article at a time."""
+    candidates). The events are those of one article at a time (the latest indexed of several
+    with one text: :func:`test_an_exact_copy_is_of_the_latest_indexed_article_with_its_text`)."""
     a, b, c = textgen.words(1, 200), textgen.words(2, 200), textgen.words(3, 200)
     first = [Article(id="a", text=textgen.text(a)), Article(id="b", text=textgen.text(b))]
     near = textgen.text(c[:199] + ["changed"])
@@ -229,3 +230,27 @@ def test_builder_rows_and_joined_arrays() -> None:
     assert joined.tolist() == [1, 2, 3] and at.tolist() == [0, 2, 2, 3]
     empty, at0 = batch_decisions._joined([], np.uint32)
     assert empty.shape == (0,) and at0.tolist() == [0]
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("round_", [64, 91])
+def test_an_exact_copy_is_of_the_latest_indexed_article_with_its_text(tmp_path: Path, shared_stream,
+                                                                      round_: int) -> None:
+    """The shared stream's news-01078 family in a round of bench/scale.py's stream (found by its
+    1M-article run): v3 is a near-copy that is not indexed, v4 has v3's text and is indexed (it
+    matches v2 at a low similarity), and v5, the same text again, is v4's exact copy, not a fresh
+    decision because v3 was not indexed. Decided in one batch as one at a time."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("bench_scale", Path(__file__).resolve().parents[2] / "bench" / "scale.py")
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)  # type: ignore[union-attr]
+    lines = [json.dumps(r).encode() for r in shared_stream(7431)[0] if r["id"].startswith("news-01078")]
+    config = EngineConfig()
+    articles = [article_from_object(json.loads(scale.suffixed(scale.template(line), round_)), config) for line in lines]
+    reference, reference_index = _run(articles, tmp_path / "one", 1)
+    assert [(e["method"], (e["matched_id"] or "").split("~")[0]) for e in reference[-2:]] == [
+        ("minhash", "news-01078-v2"), ("exact", "news-01078-v4")]
+    events, index = _run(articles, tmp_path / "batch", len(articles))
+    assert events == reference and index == reference_index
