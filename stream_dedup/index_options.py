@@ -86,13 +86,15 @@ class MemoryBudget:
         opts = self.table_options()
         opts.create_if_missing(True)
         opts.create_missing_column_families(True)
-        # compactions at the lowest CPU priority (nice 19, RocksDB's own Env call): on two cores a large
-        # compaction beside a flush took the deciding thread's core (a 1M-article run's chunk waited
-        # 8.6 % of its time for a CPU, 77 % of the first chunk's rate); flushes keep their priority
+        # compactions at the lowest CPU priority (nice 19, RocksDB's own Env call), and one core left to
+        # the deciding thread (compaction threads: one fewer than the cores, 1 to 4; one flush thread):
+        # on two cores two compactions beside a flush took the deciding thread's core (a 1M-article
+        # run's chunk waited 8.6 % of its time for a CPU, 77 % of the first chunk's rate; at nice 19
+        # 4.7-6.9 %, 79-87 %; with one compaction thread 0.5 %, 92 %); flushes keep their priority
         env = Env()
         env.lower_thread_pool_cpu_priority()
         opts.set_env(env)
-        opts.increase_parallelism(max(1, min(4, os.cpu_count() or 1)))
+        opts.increase_parallelism(max(1, min(4, (os.cpu_count() or 1) - 1)))
         opts.set_allow_concurrent_memtable_write(False)  # required by the hash memtables (one writer)
         # the families written rarely (time order, metadata) would otherwise hold every WAL file back:
         # measured, 350 MB of logs beside 235 MB of tables at 180k articles
