@@ -73,12 +73,10 @@ _WORD_BYTES = 64  # a content-word bitmap's bytes (rewrite.WORD_BITS // 8)
 
 
 @inline
-def _shares(members, ends, common, min_shared, duplicate):
-    """Whether the passage step needs Python (:meth:`Deduplicator._passages
-    <stream_dedup.engine.Deduplicator._passages>`): a stored article shares at least ``min_shared``
-    usable anchors (lists of fewer than ``common`` members) with the article, or it is a
-    ``duplicate`` with boilerplate (lists that are not usable) to discount."""
-    kept = np.empty(members.shape[0], dtype=np.uint32)
+def _usable_members(members, ends, common):
+    """The members of the usable lists (those of fewer than ``common``; list ``t`` ends at
+    ``ends[t]`` in ``members``), in order, and how many lists are usable."""
+    kept = np.empty(members.shape[0], dtype=members.dtype)
     nk = 0
     usable = 0
     prev = 0
@@ -89,6 +87,17 @@ def _shares(members, ends, common, min_shared, duplicate):
                 kept[nk] = members[q]
                 nk += 1
         prev = ends[t]
+    return kept[:nk], usable
+
+
+@inline
+def _shares(members, ends, common, min_shared, duplicate):
+    """Whether the passage step needs Python (:meth:`Deduplicator._passages
+    <stream_dedup.engine.Deduplicator._passages>`): a stored article shares at least ``min_shared``
+    usable anchors (lists of fewer than ``common`` members) with the article, or it is a
+    ``duplicate`` with boilerplate (lists that are not usable) to discount."""
+    kept, usable = _usable_members(members, ends, common)
+    nk = kept.shape[0]
     if duplicate and usable != ends.shape[0]:
         return True
     if nk == 0:
@@ -217,18 +226,9 @@ def _passage_candidates(found, members, ends, common, min_shared):
     than ``common`` members), ascending, each one's count of shared usable anchors (0 if under
     ``min_shared``, as :func:`stream_dedup.passages.lookup` keeps them), the usable lists, and how
     many articles share enough."""
-    kept = np.empty(members.shape[0], dtype=members.dtype)
-    nk = 0
-    usable = 0
-    prev = 0
-    for t in range(ends.shape[0]):
-        if ends[t] - prev < common:
-            usable += 1
-            for q in range(prev, ends[t]):
-                kept[nk] = members[q]
-                nk += 1
-        prev = ends[t]
-    ordered = np.sort(kept[:nk])
+    kept, usable = _usable_members(members, ends, common)
+    nk = kept.shape[0]
+    ordered = np.sort(kept)
     sharing = np.empty(nk, dtype=members.dtype)
     shared_n = np.empty(nk, dtype=np.int64)
     ns = 0

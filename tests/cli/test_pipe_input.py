@@ -39,17 +39,24 @@ def test_lines_carry_whether_the_next_is_ready() -> None:
             os.close(w)
 
 
-def test_large_input_comes_in_bounded_rounds() -> None:
-    r, w = os.pipe()
-    line = b"x" * 1000 + b"\n"
-    total = 3000
+LINE, TOTAL = b"x" * 1000 + b"\n", 3000
+
+
+def _writer(w: int) -> threading.Thread:
+    """A thread that writes :data:`TOTAL` times :data:`LINE` into pipe ``w`` as fast as it can, then closes it."""
 
     def write() -> None:
         with os.fdopen(w, "wb") as fh:
-            for _ in range(total):
-                fh.write(line)
+            for _ in range(TOTAL):
+                fh.write(LINE)
 
-    writer = threading.Thread(target=write)
+    return threading.Thread(target=write)
+
+
+def test_large_input_comes_in_bounded_rounds() -> None:
+    r, w = os.pipe()
+    line, total = LINE, TOTAL
+    writer = _writer(w)
     writer.start()
     seen = [flag for chunk, flag in lines_with_readiness(os.fdopen(r, "rb", buffering=0)) if chunk == line]
     writer.join(10)
@@ -62,20 +69,13 @@ def test_an_input_pipe_is_widened_so_a_fast_writer_fills_whole_batches(tmp_path:
     is busy a writer gets a megabyte ahead and the next round of lines is that megabyte."""
     limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
     r, w = os.pipe()
-    line = b"x" * 1000 + b"\n"
-    total = 3000
-
-    def write() -> None:
-        with os.fdopen(w, "wb") as fh:
-            for _ in range(total):
-                fh.write(line)
-
+    line, total = LINE, TOTAL
     os.write(w, line)
     lines = lines_with_readiness(os.fdopen(r, "rb", buffering=0))
     assert next(lines) == (line, False)  # (the pipe is widened when reading begins)
     import fcntl
     assert fcntl.fcntl(r, fcntl.F_GETPIPE_SZ) >= min(PIPE_BYTES, limit)
-    writer = threading.Thread(target=write)
+    writer = _writer(w)
     writer.start()
     time.sleep(0.5)  # (the reader is busy: the writer fills the pipe)
     rounds, run = [], 1
