@@ -195,8 +195,7 @@ def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra
                 s = json.loads(line)
                 s["busy_seconds"] = round(time.perf_counter() - t0, 3)
                 s.update((f"{k}_seconds", round(v, 4)) for k, v in thread_seconds(proc.pid).items())
-                # (the deciding thread's CPU since the command's clock started, not since its start-up)
-                s["decider_cpu_seconds"] = s.get("main_thread_cpu_seconds", s["decider_cpu_seconds"])
+                s["decider_cpu_seconds"] = s["main_thread_cpu_seconds"]
                 if reference:
                     after = reference.rate()
                     s["reference_rate"] = round((before + after) / 2, 1)
@@ -213,12 +212,12 @@ def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra
 
 
 def thread_seconds(pid: int) -> dict[str, float]:
-    """CPU and run-queue seconds of the threads of process ``pid`` so far, from ``schedstat`` (ns):
-    ``decider_cpu`` and ``decider_wait`` (the main thread: it decides; its CPU is taken from the
-    stats line's ``main_thread_cpu_seconds`` instead, which starts with the command's clock, after
-    its start-up), ``rocksdb_cpu`` (threads named ``rocksdb:*``, flushes and compactions),
-    ``other_cpu`` (any other thread)."""
-    out = {"decider_cpu": 0.0, "decider_wait": 0.0, "rocksdb_cpu": 0.0, "other_cpu": 0.0}
+    """Run-queue and CPU seconds of the threads of process ``pid`` so far, from ``schedstat`` (ns):
+    ``decider_wait`` (the main thread, which decides: its CPU is the stats line's
+    ``main_thread_cpu_seconds``, counted from the command's clock, after its start-up),
+    ``rocksdb_cpu`` (threads named ``rocksdb:*``, flushes and compactions), ``other_cpu`` (any
+    other thread)."""
+    out = {"decider_wait": 0.0, "rocksdb_cpu": 0.0, "other_cpu": 0.0}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             run_ns, wait_ns, _ = (int(x) for x in (task / "schedstat").read_text().split())
@@ -226,7 +225,6 @@ def thread_seconds(pid: int) -> dict[str, float]:
         except (OSError, ValueError):  # (a thread that ended meanwhile)
             continue
         if task.name == str(pid):
-            out["decider_cpu"] += run_ns / 1e9
             out["decider_wait"] += wait_ns / 1e9
         else:
             out["rocksdb_cpu" if name.startswith("rocksdb") else "other_cpu"] += run_ns / 1e9

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import rewrite, stored_decision
-from .decide_kernel import R_COLUMNS, R_INDEXED, R_JOINS, STOP_RECORDS, _decide_run
-from .decision import Decision, look_alike, verified
+from .decide_kernel import R_COLUMNS, R_INDEXED, R_JOINS, _decide_run
+from .decision import Decision, exact_copy, look_alike, verified
 from .index import _MAX_SEQ
 from .index_record import _LENGTHS, _RECORD, _pack_parts
 from .passages import ANCHOR_BYTES, anchor_bytes
@@ -166,9 +166,8 @@ def decide_all(engine: Deduplicator, view: BatchView, ids: list[str], prepared: 
                                 rules.summary, rules.passed, rules.starts, rules.lengths))
             _note_run(view, builder, prepared, i, stop, seq0)
             decisions += _written(engine, view, builder, ids, prepared, i, stop, nows, checkpoints, receipts)
-            resume = builder.stop[0] == STOP_RECORDS and stop > i  # (the records it lacked written: call it again)
             i = stop
-            if i == n or resume:
+            if i == n:
                 continue
         builder.prepare(i, prepared[i])
         decisions.append(engine._decide(view, ids[i], prepared[i], nows[i], checkpoints[i] if checkpoints else None,
@@ -232,25 +231,17 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
             length, exact = row
         root_id = article_id
         rid = b""
-        if exact:  # (Deduplicator._decide's exact duplicate)
+        if best >= 0:  # (a match filed in this call: at = -1, its id and root are this call's)
             if at < 0:
                 k = int(best) - seq0
                 matched_id, root_id = ids[start + k], roots[k]
             else:
                 matched_id, root_id = ids_of(held[int(at):int(at + length)])
-            decision = Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=1.0, method="exact",
-                                hamming_distance=int(ham), containment=1.0, matched_id=matched_id, methods=("exact",),
-                                candidates=1)
-            stored = stored_decision.encode_decision(decision, article_id, root_id)
-            if root_id != article_id:
-                rid = root_id.encode("utf-8", "surrogatepass")
-        elif best >= 0:
-            if at < 0:
-                k = int(best) - seq0
-                matched_id, root_id = ids[start + k], roots[k]
+            if exact:  # (Deduplicator._decide's exact duplicate)
+                decision = exact_copy(article_id, int(ham), matched_id, root_id)
             else:
-                matched_id, root_id = ids_of(held[int(at):int(at + length)])
-            decision = verified(article_id, hits, direction, ham, jaccard, cont, matched_id, root_id, int(candidates))
+                decision = verified(article_id, hits, direction, ham, jaccard, cont, matched_id, root_id,
+                                    int(candidates))
             stored = stored_decision.encode_decision(decision, article_id, root_id)
             if root_id != article_id:
                 rid = root_id.encode("utf-8", "surrogatepass")

@@ -35,9 +35,8 @@ the batch's own buffer (:func:`_write_provisional`: the fields verification read
 decision left out), and an article whose candidates include such articles is verified on their
 records and the store's, gathered end to end (:func:`_gathered`). Its result then says ``R_AT =
 -1`` for a match filed in the same call, whose id and root the caller knows. (Before, the call
-stopped there, :data:`STOP_RECORDS`, and was called again once the records were written: on short
-wire items, whose copies follow each other, ~30 calls a batch of 256, each paying the unboxing of
-~50 arrays.)
+stopped there and was called again once the records were written: on short wire items, whose
+copies follow each other, ~30 calls a batch of 256.)
 """
 
 from __future__ import annotations
@@ -53,9 +52,9 @@ if compiling():
     from .record_store import locate
     from .simhash_table import file_article, lookup_candidates
 
-__all__ = ["STOP_DONE", "STOP_PYTHON", "STOP_RECORDS", "decide_run"]
+__all__ = ["STOP_DONE", "STOP_PYTHON", "decide_run"]
 
-STOP_DONE, STOP_RECORDS, STOP_PYTHON = 0, 1, 2
+STOP_DONE, STOP_PYTHON = 0, 1
 # per article (float64 columns of the result): candidates verified, best candidate's seq (-1: none),
 # template's seq (-1), its identity agreement, the best's rule bits, direction, Hamming distance,
 # Jaccard and containment (as reported), the template's Jaccard, indexed (0/1), joins its passage lists (0/1),
@@ -208,8 +207,7 @@ def _verify(buf, store_keys, store_vals, provisional, provisional_at, found, sta
         for k in range(m):
             if starts[k] < 0 and found[k] < seq0:
                 return -1
-        held_at = _with_provisional(found, starts, lengths, m, seq0, start, rows, provisional_at)
-        recs = _gathered(buf, provisional, found, starts, lengths, held_at, m, seq0, start, rows, provisional_at)
+        recs, held_at = _gathered(buf, provisional, provisional_at, found, starts, lengths, seq0, start, rows)
         got = verify_candidates(recs, starts[:m], lengths[:m], query, simhash, size, jaccard_of, jaccard4_of, rules,
                                 params, shared, usable, common, words_a, counts, identity_a, out, summary, passed)
         for k in range(m):  # (where each record is in the record store: -1 for this call's)
@@ -266,37 +264,31 @@ def _passage_candidates(found, members, ends, common, min_shared):
 
 
 @inline
-def _with_provisional(found, starts, lengths, m, seq0, start, rows, provisional_at):
-    """Where each of the ``m`` candidates' records is in the record store (-1: filed earlier in
-    this call, its record is the provisional one); the lengths of those set."""
-    held_at = np.empty(m, dtype=np.int64)
-    for k in range(m):
-        held_at[k] = starts[k]
-        if starts[k] < 0:
-            pr = rows[start + (found[k] - seq0)]
-            lengths[k] = provisional_at[pr + 1] - provisional_at[pr]
-    return held_at
-
-
-@inline
-def _gathered(buf, provisional, found, starts, lengths, held_at, m, seq0, start, rows, provisional_at):
-    """The ``m`` candidates' records end to end (from the record store, or provisional), ``starts``
-    set to where each is in it."""
+def _gathered(buf, provisional, provisional_at, found, starts, lengths, seq0, start, rows):
+    """The candidates' records end to end: the record store's (``starts``, ``lengths``: where
+    :func:`~stream_dedup.record_store.locate` found them, -1 for those filed earlier in this call)
+    and, for those, their provisional records; ``starts`` and ``lengths`` set to where each is in it.
+    Also returns where each is in the record store (-1: this call's)."""
+    m = found.shape[0]
+    held_at = starts[:m].copy()
     total = 0
     for k in range(m):
+        if held_at[k] < 0:
+            pr = rows[start + (found[k] - seq0)]
+            lengths[k] = provisional_at[pr + 1] - provisional_at[pr]
         total += lengths[k]
     recs = np.empty(total, dtype=np.uint8)
     at = 0
     for k in range(m):
         n = lengths[k]
         if held_at[k] < 0:
-            pr = rows[start + (found[k] - seq0)]
-            recs[at:at + n] = provisional[provisional_at[pr]:provisional_at[pr] + n]
+            from_ = provisional_at[rows[start + (found[k] - seq0)]]
+            recs[at:at + n] = provisional[from_:from_ + n]
         else:
             recs[at:at + n] = buf[held_at[k]:held_at[k] + n]
         starts[k] = at
         at += n
-    return recs
+    return recs, held_at
 
 
 @kernel

@@ -8,7 +8,7 @@ from json.encoder import encode_basestring
 from math import isfinite
 from typing import Any
 
-__all__ = ["METHODS", "Decision", "look_alike", "verified"]
+__all__ = ["METHODS", "Decision", "exact_copy", "look_alike", "verified"]
 
 METHODS = ("exact", "minhash", "containment", "simhash", "rewrite")
 # the methods of each combination of candidate_rules.HIT_* bits (in METHODS order), and the direction codes
@@ -119,6 +119,12 @@ def verified(article_id: str, hits: float, direction: float, hamming: float, jac
     return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=jaccard, method=methods[0],
                     hamming_distance=int(hamming), containment=containment, matched_id=matched_id, methods=methods,
                     candidates=candidates, direction=_DIRECTIONS[int(direction)])
+
+
+def exact_copy(article_id: str, hamming: int, matched_id: str, root_id: str) -> Decision:
+    """A duplicate of ``matched_id`` by its exact hash (the same folded text), in ``root_id``'s cluster."""
+    return Decision(id=article_id, type="duplicate-of", duplicate_of=root_id, similarity=1.0, method="exact",
+                    hamming_distance=hamming, containment=1.0, matched_id=matched_id, methods=("exact",), candidates=1)
 
 
 def look_alike(article_id: str, jaccard: float, candidates: int, template_id: str, agreed: float) -> Decision:

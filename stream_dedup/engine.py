@@ -47,7 +47,7 @@ import numpy as np
 from . import candidate_rules, passages, rewrite, stored_decision
 from .batch import NO_KEYS, BatchView, Prepared, run_batch
 from .config import EngineConfig
-from .decision import METHODS, Decision, look_alike, verified  # noqa: F401  (METHODS: re-exported)
+from .decision import METHODS, Decision, exact_copy, look_alike, verified  # noqa: F401  (METHODS: re-exported)
 from .fingerprint import Fingerprint, Fingerprinter
 from .folding import FOLDING_VERSION
 from .index import SIGNATURE_BITS, Index, StoredArticle
@@ -201,9 +201,8 @@ class Deduplicator(PythonRules):
         exact_seq = view.exact_match(fp.exact)
         exact_hit = view.article(exact_seq) if exact_seq is not None else None
         if exact_hit is not None:
-            decision = Decision(id=article_id, type="duplicate-of", duplicate_of=exact_hit.root_id,
-                                similarity=1.0, method="exact", hamming_distance=hamming(fp.simhash, exact_hit.simhash),
-                                containment=1.0, matched_id=exact_hit.article_id, methods=("exact",), candidates=1)
+            decision = exact_copy(article_id, hamming(fp.simhash, exact_hit.simhash), exact_hit.article_id,
+                                  exact_hit.root_id)
             root_id = exact_hit.root_id
         else:
             if has_shingles:
