@@ -12,6 +12,10 @@ Take the address at each call (``helper(address_of(buf), ...)``; an intrinsic's 
 costs nothing): numba frees an array after its last use, so an address kept in a variable can
 outlive its array (a first version did so, and the identity test caught the stale reads).
 
+:func:`prefetch` asks the CPU to start loading an array item's cache line: a lookup of many keys
+in a table larger than the caches (an article's ~37 LSH buckets) issues every load first, then
+probes, so the misses overlap instead of following one another.
+
 Only read by numba when it compiles the kernels (:func:`stream_dedup.jit.compiling`); public
 ``numba.extending.intrinsic``, a few lines of LLVM each. Byte offsets for the byte and unaligned
 loads; item indexes for the uint64 items. x86-64 and arm64 are little-endian, as
@@ -25,6 +29,7 @@ from .jit import compiling
 if compiling():
     from llvmlite import ir
     from numba import types
+    from numba.core import cgutils
     from numba.extending import intrinsic
 
     def _byte_pointer(context, builder, signature, args, bits):  # noqa: ANN001, ANN202 - numba codegen
@@ -107,3 +112,22 @@ if compiling():
             return context.get_dummy_value()
 
         return types.void(types.int64, index, value), codegen
+
+    @intrinsic
+    def prefetch(typingctx, arr, index):  # noqa: ARG001 - numba's signature
+        """Start loading the cache line of ``arr[index]`` (``llvm.prefetch``, for reading, kept in
+        every cache level); a hint: it never faults, whatever ``index`` is."""
+        if not isinstance(arr, types.Array) or not isinstance(index, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            at = builder.gep(data, [context.cast(builder, args[1], signature.args[1], types.int64)])
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            builder.call(fn, [builder.bitcast(at, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return types.void(arr, index), codegen

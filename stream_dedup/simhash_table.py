@@ -33,6 +33,7 @@ from .kernels import popcount
 from .list_table import grown_size
 
 if compiling():
+    from .addresses import prefetch
     from .kernels import distinct_union
     from .list_table import table_add, table_members
 from .next_arrays import NextArrays
@@ -114,6 +115,11 @@ def simhash_probe(fps, tags, seqs, old_fps, old_tags, old_seqs, queries, masks, 
     per table); in the draining table too while the table grows."""
     found = 0
     out = np.empty(16, dtype=np.uint32)
+    size = fps.shape[0]
+    for t in range(queries.shape[0]):  # every table's first slot loading at once (see list_table.table_members)
+        h = _home(queries[t] & masks[t], t, size)
+        prefetch(tags, h)
+        prefetch(fps, h)
     for t in range(queries.shape[0]):
         q = queries[t]
         want = q & masks[t]
