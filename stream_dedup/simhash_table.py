@@ -115,11 +115,16 @@ def simhash_probe(fps, tags, seqs, old_fps, old_tags, old_seqs, queries, masks, 
     per table); in the draining table too while the table grows."""
     found = 0
     out = np.empty(16, dtype=np.uint32)
-    size = fps.shape[0]
+    size, old_size = fps.shape[0], old_tags.shape[0]
     for t in range(queries.shape[0]):  # every table's first slot loading at once (see list_table.table_members)
-        h = _home(queries[t] & masks[t], t, size)
+        want = queries[t] & masks[t]
+        h = _home(want, t, size)
         prefetch(tags, h)
         prefetch(fps, h)
+        if old_size:
+            h = _home(want, t, old_size)
+            prefetch(old_tags, h)
+            prefetch(old_fps, h)
     for t in range(queries.shape[0]):
         q = queries[t]
         want = q & masks[t]
