@@ -23,7 +23,8 @@ def fill(index: Index, n: int) -> None:
 def test_budget_split() -> None:
     small, large = MemoryBudget(64 << 20), MemoryBudget(8 << 30)
     assert (small.memtables, small.write_buffer, small.hash_buckets) == (16 << 20, 4 << 20, 1 << 16)
-    assert (large.memtables, large.write_buffer, large.hash_buckets) == (2 << 30, MAX_MEMTABLE, 1 << 20)
+    assert (large.memtables, large.write_buffer, large.hash_buckets) == (2 << 30, MAX_MEMTABLE, MAX_MEMTABLE // 64)
+    assert MAX_MEMTABLE == 16 << 20
     # the bucket arrays allocated up front by the hash memtables leave most of the memtable budget
     for budget in (small, large):
         assert 2 * 8 * budget.hash_buckets * 2 <= budget.memtables // 2
