@@ -89,9 +89,15 @@ def _put(array, mirror, meta, node, value):
 
 
 @inline
+def _draining(old_keys, meta):
+    """Whether a growth is under way: the old table still holds keys not moved (from ``meta[5]`` on)."""
+    return meta[5] < old_keys.shape[0]
+
+
+@inline
 def _old_slot(old_keys, meta, key):
     """The slot of ``key`` in the draining table if the table is migrating and holds it there, else -1."""
-    if meta[5] >= old_keys.shape[0]:
+    if not _draining(old_keys, meta):
         return np.int64(-1)
     h = _slot_of(old_keys, key)
     return h if old_keys[h] != EMPTY else np.int64(-1)
@@ -136,7 +142,7 @@ def table_members(slot_keys, slot_head, node_seq, node_next, old_keys, old_head,
     home slot is prefetched before the first probe (the misses of a table larger than the caches
     overlap: 1.83 -> 1.30 us for 37 keys in a 50 MB table, a scratch timing)."""
     m = keys.shape[0]
-    draining = meta[5] < old_keys.shape[0]  # (a growth under way: a key not moved yet is in the old table)
+    draining = _draining(old_keys, meta)  # (a key not moved yet is in the old table)
     for i in range(m):
         h = _home(slot_keys, keys[i])
         prefetch(slot_keys, h)
