@@ -36,7 +36,7 @@ import signal
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .fingerprint import Fingerprint, Fingerprinter
 from .fingerprint_batch import FingerprintBatch
@@ -59,9 +59,11 @@ class FingerprintFailed(Exception):
     """Fingerprinting one text raised (its type and message)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Parsed:
-    """What the caller keeps of a record parsed elsewhere: its id and title (the text stayed there)."""
+class Parsed(NamedTuple):
+    """What the caller keeps of a record parsed elsewhere: its id and title (the text stayed there).
+
+    A named tuple: one crosses the pipe per record, and a tuple unpickles in ~0.2 us where a
+    slotted dataclass took ~0.9 us (``dataclasses``' ``__setstate__`` in Python)."""
     id: str
     title: str | None
 
