@@ -67,6 +67,10 @@ class Decision:
                         and not self.methods:  # (most new articles: one template)
                     return "".join(('{"id": ', _json_str(self.id), _NEW_EVENT, _json_int(self.candidates),
                                     ', "seen_before": ', _json_bool(self.seen_before), "}"))
+                if self.type == "duplicate-of" and self.template_of is None:
+                    event = self._duplicate_json()
+                    if event is not None:
+                        return event
                 parts = ['{"id": ', _json_str(self.id), ', "type": ', _json_str(self.type),
                          ', "duplicate_of": ', _json_opt_str(self.duplicate_of),
                          ', "similarity": ', _json_opt_float(self.similarity),
@@ -87,6 +91,28 @@ class Decision:
             except _OtherType:
                 pass
         return json.dumps(self.to_event(), ensure_ascii=False)
+
+    def _duplicate_json(self) -> str | None:
+        """:meth:`event_json` of a duplicate without a template whose values are all of the types the
+        engine gives them (None if one is not): one f-string, ~0.8 us where the parts took ~1.8."""
+        sim, cont, ham, cand, direction, seen = (self.similarity, self.containment, self.hamming_distance,
+                                                 self.candidates, self.direction, self.seen_before)
+        try:
+            methods = _METHODS_JSON.get(self.methods) if type(self.methods) is tuple else None
+        except TypeError:  # (an unhashable element)
+            return None
+        if methods is None or type(self.id) is not str or type(self.duplicate_of) is not str \
+                or type(self.matched_id) is not str or type(self.method) is not str or type(sim) is not float \
+                or type(cont) is not float or not isfinite(sim) or not isfinite(cont) or type(ham) is not int \
+                or type(cand) is not int or (seen is not True and seen is not False) \
+                or (direction is not None and type(direction) is not str):
+            return None
+        return (f'{{"id": {encode_basestring(self.id)}, "type": "duplicate-of", "duplicate_of": '
+                f'{encode_basestring(self.duplicate_of)}, "similarity": {float.__repr__(sim)}, "method": '
+                f'{encode_basestring(self.method)}, "hamming_distance": {int.__repr__(ham)}, "containment": '
+                f'{float.__repr__(cont)}, "matched_id": {encode_basestring(self.matched_id)}, "methods": {methods}, '
+                f'"candidates": {int.__repr__(cand)}, "seen_before": {"true" if seen else "false"}'
+                + ("}" if direction is None else f', "direction": {encode_basestring(direction)}}}'))
 
     def to_stored(self) -> list[Any]:
         """The compact form the index keeps (replayed for a repeated id): the event's values in
@@ -137,6 +163,10 @@ def look_alike(article_id: str, jaccard: float, candidates: int, template_id: st
 # the event of a new article between its id and its candidates (Decision.event_json)
 _NEW_EVENT = (', "type": "new", "duplicate_of": null, "similarity": null, "method": null, "hamming_distance": null, '
               '"containment": null, "matched_id": null, "methods": [], "candidates": ')
+
+
+#: the JSON of each list of methods the compiled rules report (Decision._duplicate_json)
+_METHODS_JSON = {methods: json.dumps(list(methods)) for methods in {*_METHODS_OF_HITS, ("exact",)}}
 
 
 class _OtherType(Exception):

@@ -270,11 +270,20 @@ def run_dedup(args: argparse.Namespace) -> int:
             for decided in decider.send(batch, pending_at):
                 write(decided)
 
+        def write_events(events: list[str]) -> None:
+            """Write ``events`` (one line each) to the output, and forget them."""
+            nonlocal target
+            if events:
+                target = out_name
+                out.write("\n".join(events) + "\n")
+                events.clear()
+
         def write(decided: Decided) -> None:
             """Write a decided batch's events and rejects and count its lines in input order, as if one at a time."""
             nonlocal rejects, target, lineno
             batch, decisions = decided
             results = iter(decisions)
+            events: list[str] = []  # written together (one write of the batch's events, not one per record)
             for lineno, nbytes, raw, article, error in batch:  # noqa: B007 - lineno: the line written last
                 summary.lines += 1
                 if not raw.strip():
@@ -304,12 +313,13 @@ def run_dedup(args: argparse.Namespace) -> int:
                                                  ensure_ascii=True) + "\n")
                     else:
                         summary.count(article, decision)
-                        target = out_name
-                        out.write(event + "\n")
+                        events.append(event)
                 summary.last_line = lineno
                 progress.update(summary, nbytes)
                 if stats is not None and summary.lines % args.stats_every == 0:
+                    write_events(events)
                     stats.emit(summary)
+            write_events(events)
             if signals.received is not None:  # a batch sent on is abandoned: --resume reads its lines again
                 raise Interrupted()
 
