@@ -49,7 +49,7 @@ GROWTH = 2.0
 _META = 3  # slots used (live or removed) in the table, live entries (in both tables), the migration cursor
 #: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
 MIN_MIGRATE = 1 << 14
-MIGRATE_PER_ENTRY = 8
+MIGRATE_PER_ENTRY = 4  # (8 before: halved as the list tables', to spread a migration over more adds)
 _NO_FPS = np.zeros(0, dtype=np.uint64)
 _NO_TAGS = np.zeros(0, dtype=np.uint8)
 _NO_SEQS = np.zeros(0, dtype=np.uint32)
