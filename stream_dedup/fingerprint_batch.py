@@ -89,14 +89,20 @@ class FingerprintBatch:
 
     def fingerprints(self) -> list[Fingerprint]:
         """One :class:`Fingerprint` per text, in order (arrays: views of the batch's)."""
-        whole, at = self.whole, self._at
+        whole = self.whole
         if not self.simhash:
             return [whole[i] for i in range(len(whole))]
+        anchors, identity, words = self.anchors, self.identity, self.words
         out: list[Fingerprint] = []
         a0 = w0 = i0 = 0
-        for i, (a1, w1, i1) in enumerate(self.ends):
-            out.append(whole[i] if i in whole else at(i, a0, w0, i0, a1, w1, i1))
+        # (positional arguments, the rows by iteration: ~0.6 us a text, where keywords and indexing took ~0.9)
+        for row, sim, exact, n, (a1, w1, i1) in zip(self.minhash, self.simhash, self.exact, self.n_shingles, self.ends,
+                                                    strict=True):
+            out.append(Fingerprint(row, sim, exact, n, identity[i0:i1], anchors[a0:a1],
+                                   words[w0:w1] if w1 > w0 else NO_WORDS))
             a0, w0, i0 = a1, w1, i1
+        for i, fp in whole.items():  # (computed otherwise: their rows are unused)
+            out[i] = fp
         return out
 
     def _at(self, i: int, a0: int, w0: int, i0: int, a1: int, w1: int, i1: int) -> Fingerprint:
