@@ -108,8 +108,10 @@ def build_stream(source: Path, target: Path, articles: int) -> None:
 
 
 def _child_env() -> dict[str, str]:
-    """The environment of the processes the bench starts: this tree's code first."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    """The environment of the processes the bench starts: this tree's code first, and Python's
+    tracebacks of every thread if one dies of a signal (``PYTHONFAULTHANDLER``: a crash says where)."""
+    return {**os.environ, "PYTHONFAULTHANDLER": "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
 
 
 class Reference:
@@ -182,11 +184,14 @@ def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra
                 break
             fed += len(lines)
             t0 = time.perf_counter()
-            proc.stdin.writelines(lines)
-            if fed >= articles or len(lines) < chunk:
-                proc.stdin.close()  # the last (maybe partial) chunk: its stats line comes at the end of input
-            else:
-                proc.stdin.flush()
+            try:
+                proc.stdin.writelines(lines)
+                if fed >= articles or len(lines) < chunk:
+                    proc.stdin.close()  # the last (maybe partial) chunk: its stats line comes at the end of input
+                else:
+                    proc.stdin.flush()
+            except BrokenPipeError:  # the command ended early: its exit status and stderr below say why
+                break
             for raw in proc.stderr:
                 line = raw.decode("utf-8", "replace")
                 if not line.startswith('{"stats"'):
@@ -203,11 +208,13 @@ def run(stream: Path, articles: int, chunk: int, memory: str, state: Path, extra
                 stats.append(s)
                 print_row(stats[-1], stats[0], stats[-2] if len(stats) > 1 else None)
                 break
-    if not proc.stdin.closed:
+    try:
         proc.stdin.close()
+    except BrokenPipeError:  # (what the command had not read yet: it ended)
+        pass
     rest += [raw.decode("utf-8", "replace") for raw in proc.stderr]
     if proc.wait() != 0:
-        raise SystemExit(f"dedup failed ({proc.returncode}):\n{''.join(rest)}")
+        raise SystemExit(f"dedup failed ({proc.returncode}) after {fed:,} records fed:\n{''.join(rest)}")
     return stats, "".join(rest)
 
 

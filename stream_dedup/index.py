@@ -55,6 +55,7 @@ import os
 import struct
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -560,14 +561,14 @@ class Index:
     def disk_bytes(self) -> int:
         """Bytes of the RocksDB index on disk: every file of its directory but the lists' snapshot
         (:meth:`snapshot_bytes`)."""
-        return sum(entry.stat().st_size for entry in os.scandir(self.path)
-                   if entry.is_file() and not entry.name.startswith(lists_snapshot.SNAPSHOT_FILE))
+        with os.scandir(self.path) as entries:
+            return files_bytes(entries, snapshot=False)
 
     def snapshot_bytes(self) -> int:
         """Bytes of the in-memory lists' snapshot files in the index directory (the latest, and the
         next one while it is written)."""
-        return sum(entry.stat().st_size for entry in os.scandir(self.path)
-                   if entry.is_file() and entry.name.startswith(lists_snapshot.SNAPSHOT_FILE))
+        with os.scandir(self.path) as entries:
+            return files_bytes(entries, snapshot=True)
 
     def flush(self) -> None:
         for name in (_POINTS, _TIME):
@@ -629,6 +630,21 @@ class Index:
         self.db.close()
         self._points = self._time = self._receipts = None  # type: ignore[assignment]
         self._cf = {}
+
+
+def files_bytes(entries: Iterable[os.DirEntry], snapshot: bool) -> int:
+    """Bytes of the regular files among ``entries`` (of an index directory) that are (``snapshot``)
+    or are not the lists' snapshot files. A file deleted after the directory was listed counts 0:
+    RocksDB deletes a compaction's inputs and old logs at any time, and a stats line at that moment
+    ended a 1M ``dedup`` run at 620,000 records (``FileNotFoundError`` from the stat)."""
+    total = 0
+    for entry in entries:
+        if entry.is_file() and entry.name.startswith(lists_snapshot.SNAPSHOT_FILE) == snapshot:
+            try:
+                total += entry.stat().st_size
+            except FileNotFoundError:
+                continue
+    return total
 
 
 def record_writes(seq: int, record: bytes, id_key: bytes, exact: bytes | None, passages: bytes,

@@ -12,7 +12,7 @@ import pytest
 from rocksdict import Options, Rdict
 
 from stream_dedup import lists_snapshot
-from stream_dedup.index import Index
+from stream_dedup.index import Index, files_bytes
 from stream_dedup.index_record import stored_signature
 
 SETTINGS = {"num_perm": 8, "seed": 1, "purpose": "index-test"}
@@ -301,6 +301,24 @@ def test_non_durable_writes_and_disk_bytes(tmp_path: Path) -> None:
     idx = open_index(tmp_path)
     assert idx.count == 20
     idx.close()
+
+
+def test_a_file_deleted_while_the_directory_is_counted_counts_nothing(tmp_path: Path) -> None:
+    """RocksDB deletes a compaction's inputs at any time: ``disk_bytes`` (the ``dedup`` stats line,
+    the worker's gauge) counts a file listed and then gone as 0 instead of raising (a 1M run died of
+    it at a stats line). Real files: the directory is listed, then one of them is deleted."""
+    import os
+
+    (tmp_path / "000012.sst").write_bytes(b"x" * 1000)
+    (tmp_path / "000013.sst").write_bytes(b"y" * 300)
+    (tmp_path / lists_snapshot.SNAPSHOT_FILE).write_bytes(b"z" * 50)
+    with os.scandir(tmp_path) as listed:
+        entries = list(listed)
+    (tmp_path / "000012.sst").unlink()  # (a compaction finished between the listing and the stat)
+    assert files_bytes(entries, snapshot=False) == 300
+    assert files_bytes(entries, snapshot=True) == 50
+    with pytest.raises(FileNotFoundError):  # (what the sum of stats did)
+        sum(e.stat().st_size for e in entries if e.is_file())
 
 
 def test_receipts_are_stored_with_the_article_and_alone(tmp_path: Path) -> None:
