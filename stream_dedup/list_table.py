@@ -53,8 +53,7 @@ MIN_MIGRATE, MIN_COPY = 1 << 14, 1 << 14
 PREPARE_NODES = 0.85  # node arrays this used: the larger ones are allocated, written on a thread, then copied into a chunk per add
 #: (16 slots per entry before 89d8287: the band table's migration near 800,000 articles then fell in
 #: one or two 20,000-article chunks of ``bench/scale.py``, 71-91 % of the first chunk's rate; 4 spreads
-#: it over ~4x as many adds, 88-94 % there in five of six runs, 81 % in one; it still ends long before the
-#: next growth)
+#: it over ~4x as many adds, 81-98 % there over twelve runs; it still ends long before the next growth)
 MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 4, 12
 #: the largest seq a slot's head holds inline (``-2 - seq`` must fit an int32)
 INLINE_MAX = 2**31 - 2
