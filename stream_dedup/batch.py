@@ -35,9 +35,9 @@ from rocksdict import WriteBatch
 from .band_table import BandTable
 from .batch_decisions import Builder, FiledRun, decide_all
 from .fingerprint import Fingerprint
-from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64, record_writes
+from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
-from .passages import NO_ANCHORS, anchor_bytes
+from .passages import DELETE_PREFIX, NO_ANCHORS, anchor_bytes
 from .record_store import _store_put
 from .simhash_table import _file_article
 
@@ -306,15 +306,51 @@ class BatchView:
         _store_put(*self.store_arrays, seq, np.frombuffer(points[0][1], dtype=np.uint8))
         return seq
 
-    def write_record(self, record: bytes, article_id: str, exact: bytes | None, passages: bytes, first_seen: float,
-                     checkpoint: tuple[str, int] | None, receipt: bytes | None) -> int:
-        """:meth:`write_article` of a packed record (``exact``: None if the article is not indexed;
-        ``passages``: its ``D`` value), but not put in the record store: the caller puts those of
-        several articles at once (:meth:`RecordStore.put_many`) before any is read there."""
-        seq = self.index.check_seq(self.next_seq)
-        points, time_key = record_writes(seq, record, self.id_key(article_id), exact, passages, first_seen)
-        self._apply(seq, points, time_key, checkpoint, receipt)
-        return seq
+    def write_records(self, records: list[bytes], ids: list[str], exacts: list[bytes | None], passages: list[bytes],
+                      nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
+                      receipts: Sequence[bytes | None] | None) -> None:
+        """The writes of packed records (:func:`~stream_dedup.index.record_writes`'s, in one loop), as
+        those of the next seqs in order: ``exacts[i]`` None if article ``i`` is not indexed,
+        ``passages[i]`` its ``D`` value. Not put in the record store: the caller puts them all at once
+        (:meth:`RecordStore.put_many`) before any is read there."""
+        n = len(records)
+        if not n:
+            return
+        seq0 = self.index.check_seq(self.next_seq + n - 1) - (n - 1)
+        put, cf, tf, known, written = self.batch.put, self.points_family, self.time_family, self.known_points, self.written
+        id_keys, writes = self.id_keys, 0
+        for seq, record, article_id, exact, passage, now in zip(range(seq0, seq0 + n), records, ids, exacts, passages,
+                                                                nows, strict=True):
+            s8 = _u64(seq)
+            s4 = s8[4:]  # (seqs fit 4 bytes: check_seq)
+            key = b"A" + s8
+            put(key, record, cf)
+            known[key] = written[seq] = record
+            key = id_keys.get(article_id) or self.id_key(article_id)
+            put(key, s4, cf)
+            known[key] = s4
+            if exact is not None:
+                key = b"X" + exact
+                put(key, s4, cf)
+                known[key] = s4
+                writes += 1
+            if passage:
+                key = DELETE_PREFIX + s8
+                put(key, passage, cf)
+                known[key] = passage
+                writes += 1
+            put(_u64(int(now * 1000)) + s8, b"", tf)
+        self.next_seq, self.count, self.writes = seq0 + n, self.count + n, self.writes + writes + 3 * n
+        if receipts is not None:
+            for checkpoint, receipt in zip(checkpoints or [None] * n, receipts, strict=True):
+                if checkpoint is not None or receipt is not None:
+                    self.mark(checkpoint, receipt, False)
+        elif checkpoints is not None:  # (what mark puts at the commit: each name's last offset)
+            marks = self.checkpoints
+            for checkpoint in checkpoints:
+                if checkpoint is not None:
+                    marks[checkpoint[0]] = checkpoint[1]
+                    self.writes += 1
 
     def _apply(self, seq: int, points: list[tuple[bytes, bytes]], time_key: bytes, checkpoint: tuple[str, int] | None,
                receipt: bytes | None) -> None:

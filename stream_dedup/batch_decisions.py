@@ -5,7 +5,7 @@ decisions the loop left built and written (:func:`decide_all`).
 
 Python builds each :class:`~stream_dedup.decision.Decision` from the numbers the loop left, packs
 its record from the batch's signature and identity bytes, writes it into the batch
-(:meth:`BatchView.write_record <stream_dedup.batch.BatchView.write_record>`) and puts a run's
+(:meth:`BatchView.write_records <stream_dedup.batch.BatchView.write_records>`, a run's at once) and puts a run's
 records in the record store in one call; what the loop filed is noted once per run
 (:class:`FiledRun`), for a rollback. ``tests/engine/test_batch_decisions.py`` compares the
 decisions and the whole index with those of one-by-one decisions.
@@ -213,9 +213,11 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
              start: int, stop: int, nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
              receipts: Sequence[bytes | None] | None) -> list[Decision]:
     """The decisions :func:`~stream_dedup.decide_kernel.decide_run` left for articles ``start:stop``, their records written
-    (:meth:`BatchView.write_record`, then the record store's in one call) in order."""
+    (:meth:`BatchView.write_records`, then the record store's, each in one call) in order."""
     out = []
-    records = []
+    records: list[bytes] = []
+    exacts: list[bytes | None] = []  # (None: not indexed)
+    passages: list[bytes] = []
     seq0 = view.next_seq
     # (the ids of the matched article and of a look-alike's template are read in the record store
     # where the call found their records: nothing is put in it before this function's end)
@@ -263,10 +265,11 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
                              identities[identity_at[r]:identity_at[r + 1]], fp.anchors.shape[0],
                              fp.words if indexed else rewrite.NO_WORDS, stored)
         records.append(record)
-        view.write_record(record, article_id, fp.exact if indexed else None,
-                          builder.joins(j, prepared[j])[1] if joins else b"",  # type: ignore[arg-type]
-                          nows[j], checkpoints[j] if checkpoints else None, receipts[j] if receipts else None)
+        exacts.append(fp.exact if indexed else None)
+        passages.append(builder.joins(j, prepared[j])[1] if joins else b"")  # type: ignore[arg-type]
         out.append(decision)
         roots.append(root_id)
+    view.write_records(records, ids[start:stop], exacts, passages, nows[start:stop],
+                       checkpoints[start:stop] if checkpoints else None, receipts[start:stop] if receipts else None)
     view.index.record_store.put_many(seq0, records)
     return out

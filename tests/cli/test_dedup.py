@@ -492,17 +492,17 @@ def test_a_record_whose_decision_fails_is_rejected_alone(tmp_path: Path, monkeyp
     (tmp_path / "without.jsonl").write_text("\n".join(line for i, line in enumerate(lines) if i != 300) + "\n")
     assert run(["dedup", str(tmp_path / "without.jsonl"), "--out", str(tmp_path / "ref.jsonl"), "-q",
                 "--fingerprint-processes", "0"]) == 0
-    write_record, write_article = BatchView.write_record, BatchView.write_article
+    write_records, write_article = BatchView.write_records, BatchView.write_article
 
-    def refusing(write):
+    def refusing(write, ids_of):
         def written(self, *args, **kwargs):
-            if "r300" in args or kwargs.get("article_id") == "r300":
+            if "r300" in ids_of(args, kwargs):
                 raise RuntimeError("boom")
             return write(self, *args, **kwargs)
         return written
 
-    monkeypatch.setattr(BatchView, "write_record", refusing(write_record))
-    monkeypatch.setattr(BatchView, "write_article", refusing(write_article))
+    monkeypatch.setattr(BatchView, "write_records", refusing(write_records, lambda args, kwargs: args[1]))
+    monkeypatch.setattr(BatchView, "write_article", refusing(write_article, lambda args, kwargs: [kwargs.get("article_id")]))
     out, rejects = tmp_path / "out.jsonl", tmp_path / "rej.jsonl"
     assert run(["dedup", str(inp), "--out", str(out), "--rejects", str(rejects), "-q",
                 "--fingerprint-processes", processes]) == 0

@@ -173,19 +173,18 @@ def test_a_batch_that_raises_takes_its_articles_out_of_the_lists(tmp_path: Path,
     with Deduplicator(EngineConfig(), tmp_path / "s") as d:
         first = [x.to_event() for x in d.process_batch(articles, now=NOW)]
         before, count = _lists_state(d.index), len(d)
-        real_write, calls = BatchView.write_record, [0]
+        real_write, calls = BatchView.write_records, [0]
 
-        def interrupted(self, *args, **kwargs):
-            calls[0] += 1
-            if calls[0] == 5:  # after the batch's articles are filed and four of them written
-                raise KeyboardInterrupt
-            return real_write(self, *args, **kwargs)
+        def interrupted(self, records, ids, *args):
+            calls[0] += 1  # after the batch's articles are filed, and four of them written
+            real_write(self, records[:4], ids[:4], *(a[:4] if a is not None else None for a in args))
+            raise KeyboardInterrupt
 
-        monkeypatch.setattr(BatchView, "write_record", interrupted)
+        monkeypatch.setattr(BatchView, "write_records", interrupted)
         with pytest.raises(KeyboardInterrupt):
             d.process_batch(more, now=NOW)
-        monkeypatch.setattr(BatchView, "write_record", real_write)
-        assert calls[0] == 5 and len(d) == count
+        monkeypatch.setattr(BatchView, "write_records", real_write)
+        assert calls[0] == 1 and len(d) == count
         assert d.index._lists is not None and _lists_state(d.index) == before  # taken out, not rebuilt
         assert d.index.record_store.get_many(list(range(count, count + 4))) == [None] * 4  # (their seqs come again)
         assert not d.index.lists_behind
