@@ -29,7 +29,7 @@ import numpy as np
 from .jit import kernel, trusted
 from .list_table import EMPTY, MemberLists
 
-__all__ = ["BandTable", "band_keys"]
+__all__ = ["BandTable", "band_keys", "bucket_keys"]
 
 
 @kernel
@@ -55,6 +55,17 @@ def band_keys(rows, bands, r):
     return out
 
 
+def bucket_keys(rows: np.ndarray, bands: int, r: int) -> np.ndarray:
+    """uint64[n, bands] bucket keys of 16-bit signatures (``[n, num_perm]``, or one signature: then
+    ``uint64[bands]``) in ``bands`` bands of ``r`` rows. The kernel reads the big-endian bytes the
+    records keep (no copy for ``>u2``)."""
+    one = rows.ndim == 1
+    be = rows.astype(">u2", copy=False)
+    raw = np.ascontiguousarray(be.view(np.uint16).reshape(1 if one else rows.shape[0], -1))
+    out = _band_keys(raw, bands, r)
+    return out[0] if one else out
+
+
 class BandTable(MemberLists):
     """The LSH buckets of an index: a list of article seqs per bucket key, the newest ``cap`` kept."""
 
@@ -63,13 +74,9 @@ class BandTable(MemberLists):
         self.bands, self.rows = bands, rows
 
     def keys(self, rows: np.ndarray) -> np.ndarray:
-        """uint64[n, bands] bucket keys of 16-bit signatures (``[n, num_perm]``, or one signature: then
-        ``uint64[bands]``). The kernel reads the big-endian bytes the records keep (no copy for ``>u2``)."""
-        one = rows.ndim == 1
-        be = rows.astype(">u2", copy=False)
-        raw = np.ascontiguousarray(be.view(np.uint16).reshape(1 if one else rows.shape[0], -1))
-        out = _band_keys(raw, self.bands, self.rows)
-        return out[0] if one else out
+        """:func:`bucket_keys` of 16-bit signatures (``[n, num_perm]``, or one signature: then
+        ``uint64[bands]``) in this table's banding."""
+        return bucket_keys(rows, self.bands, self.rows)
 
     def add(self, keys: np.ndarray, seqs: np.ndarray) -> None:
         """File ``seqs[i]`` (uint32[n]) under each of ``keys[i]`` (uint64[n, bands]), in order."""

@@ -7,8 +7,10 @@ answers each from the batch's own writes first, then from the values it has read
 key of the index at most once: :meth:`prefetch` reads the ids and exact hashes of the whole batch
 in one multi-get), then from RocksDB. The index is not written while a batch runs (a single
 writer), so what was read stays true until the batch's own writes replace it. The bucket keys and
-permuted SimHashes of the batch's articles are computed for all of them at once
-(:func:`_batch_keys`).
+permuted SimHashes of the batch's articles are computed for all of them at once, by the ``dedup``
+command's fingerprint processes when they fingerprinted them (:class:`KeyMaker`): a
+:class:`~stream_dedup.fingerprint_batch.FingerprintBatch` goes into the compiled decisions' arrays
+as it is (:func:`_batch_builder`), without a fingerprint object per article.
 
 The in-memory lists (LSH buckets, SimHash tables, passage lists: :mod:`stream_dedup.memory_lists`)
 are derived from RocksDB, and :meth:`insert` files each article in them at once, as one-by-one
@@ -32,12 +34,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rocksdict import WriteBatch
 
-from .band_table import BandTable
-from .batch_decisions import Builder, FiledRun, decide_all
+from .band_table import BandTable, bucket_keys
+from .batch_decisions import _WORD_BYTES, Builder, FiledRun, _joined, decide_all
 from .fingerprint import Fingerprint
+from .fingerprint_batch import FingerprintBatch
 from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64
 from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
-from .passages import DELETE_PREFIX, NO_ANCHORS, anchor_bytes
+from .passages import DELETE_PREFIX, NO_ANCHORS
 from .record_store import _store_put
 from .simhash_table import _file_article
 
@@ -48,45 +51,46 @@ if TYPE_CHECKING:
     from .simhash import PermutedTables
     from .simhash_table import SimhashTable
 
-__all__ = ["BatchView", "Prepared", "run_batch"]
+__all__ = ["BatchKeys", "BatchPrepared", "BatchView", "KeyMaker", "Prepared", "run_batch"]
 _UNKNOWN = object()  # a key not read yet
 NO_KEYS = np.zeros(0, dtype=np.uint64)  # the bucket keys of an article without shingles
 _UINT64 = np.dtype(np.uint64)
 
 
-def run_batch(engine: Deduplicator, ids: list[str], fingerprints: Callable[[list[int]], list[Fingerprint]],
+def run_batch(engine: Deduplicator, ids: list[str],
+              fingerprints: Callable[[list[int]], list[Fingerprint] | FingerprintBatch],
               nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
               receipts: Sequence[bytes | None] | None) -> list[Decision]:
     """The decisions of ``engine`` on ``ids`` (first seen at ``nows``) in order
     (:meth:`Deduplicator.decide_batch`): read the batch's ids, fingerprint the unknown ones
-    (``fingerprints(positions)``: theirs, in one call), read their exact hashes (one multi-get
-    each), decide one by one in a :class:`BatchView`, write once."""
+    (``fingerprints(positions)``: theirs, in one call, as a list or a
+    :class:`~stream_dedup.fingerprint_batch.FingerprintBatch`), read their exact hashes (one
+    multi-get each), decide one by one in a :class:`BatchView`, write once."""
     view = BatchView(engine.index)
     if len(ids) > 1:  # (a batch of one reads its keys one at a time: a multi-get of one key costs more)
         view.prefetch([view.id_key(i) for i in ids])
-    prepared: list[Prepared | None] = [None] * len(ids)
     fresh: set[str] = set()
     unknown: list[int] = []  # the positions of the first occurrence of each id not indexed (else a replay)
     for i, article_id in enumerate(ids):
         if article_id not in fresh and view.seq_of(article_id) is None:
             fresh.add(article_id)
             unknown.append(i)
-    if unknown:
-        fps = fingerprints(unknown)
-        num_perm = engine.config.num_perm
-        if len(fps) > 1 and all(fp.minhash.shape == (num_perm,) for fp in fps):
-            # (their stored signatures converted in one call: rows of one array)
-            sigs = stored_signature(np.stack([fp.minhash for fp in fps]))
-            for i, fp, sig in zip(unknown, fps, sigs, strict=True):
-                prepared[i] = Prepared(fp, sig)
-        else:
-            for i, fp in zip(unknown, fps, strict=True):
-                prepared[i] = Prepared.of(fp, num_perm)
-    todo = [p for p in prepared if p is not None]
+    prepared: Sequence[Prepared | None] = [None] * len(ids)
     builder = None
-    if len(todo) > 1:
-        view.prefetch([b"X" + p.fp.exact for p in todo])
-        builder = _builder(view, prepared, engine)
+    if unknown:
+        found = fingerprints(unknown)
+        if isinstance(found, FingerprintBatch):  # (its arrays straight into the compiled decisions', if it can)
+            builder = _batch_builder(view, found, unknown, len(ids), engine)
+            if builder is not None:
+                prepared = BatchPrepared(found, unknown, builder, engine.config.num_perm)
+            else:
+                found = found.fingerprints()
+        if builder is None:
+            prepared = _prepared(found, unknown, len(ids), engine.config.num_perm)  # type: ignore[arg-type]
+            todo = [p for p in prepared if p is not None]
+            if len(todo) > 1:
+                view.prefetch([b"X" + p.fp.exact for p in todo])
+                builder = _builder(view, prepared, engine)  # type: ignore[arg-type]
     try:
         if builder is None:
             decisions = [engine._decide(view, article_id, prepared[i], nows[i], checkpoints[i] if checkpoints else None,
@@ -100,25 +104,94 @@ def run_batch(engine: Deduplicator, ids: list[str], fingerprints: Callable[[list
     return decisions
 
 
+def _prepared(fps: list[Fingerprint], positions: list[int], n: int, num_perm: int) -> list[Prepared | None]:
+    """The prepared articles of a batch of ``n``: ``fps`` at ``positions``, None elsewhere."""
+    prepared: list[Prepared | None] = [None] * n
+    if len(fps) > 1 and all(fp.minhash.shape == (num_perm,) for fp in fps):
+        # (their stored signatures converted in one call: rows of one array)
+        sigs = stored_signature(np.stack([fp.minhash for fp in fps]))
+        for i, fp, sig in zip(positions, fps, sigs, strict=True):
+            prepared[i] = Prepared(fp, sig)
+    else:
+        for i, fp in zip(positions, fps, strict=True):
+            prepared[i] = Prepared.of(fp, num_perm)
+    return prepared
+
+
 def _builder(view: BatchView, prepared: list[Prepared | None], engine: Deduplicator) -> Builder | None:
     """The compiled decisions' arrays (:mod:`stream_dedup.batch_decisions`) for the batch's articles
-    with shingles (their keys made here for all: :func:`_batch_keys`), and for each the exact
-    duplicate it may be (``exact_to``: the seq of an indexed article with its exact hash, ``-2 -
-    j`` for the batch's article ``j`` with it just before, -1 for none: the kernel walks back
-    through the batch's articles with the hash to the latest one indexed, whose exact hash the
-    index maps to it then)."""
+    with shingles (their keys made here for all), and for each the exact duplicate it may be
+    (:func:`_exact_to`)."""
     positions = [i for i, p in enumerate(prepared) if p is not None and p.fp.n_shingles > 0]
     if len(positions) < 2:
         return None
     chosen: list[Prepared] = [prepared[i] for i in positions]  # type: ignore[misc]
+    fps = [p.fp for p in chosen]
     signatures = np.stack([p.sig for p in chosen])
-    keys, permuted, joined = _batch_keys(chosen, engine.index.buckets, engine.tables, signatures)
+    simhashes = np.array([fp.simhash for fp in fps], dtype=np.uint64)
+    exacts = [fp.exact for fp in fps]
+    identity, identity_at = _joined([fp.identity for fp in fps], np.uint32)
+    anchors, anchors_at = _joined([fp.anchors for fp in fps], np.uint64)
+    return Builder(len(prepared), positions, [Builder.takes(p) for p in chosen], engine.index.buckets.keys(signatures),
+                   engine.tables.permute_many(simhashes), signatures, simhashes,
+                   np.array([fp.n_shingles for fp in fps], dtype=np.int64), exacts, [fp.words for fp in fps], identity,
+                   identity_at, anchors, anchors_at, _exact_to(view, positions, exacts, len(prepared)))
+
+
+def _batch_builder(view: BatchView, batch: FingerprintBatch, positions: list[int], n: int,
+                   engine: Deduplicator) -> Builder | None:
+    """:func:`_builder` from a :class:`~stream_dedup.fingerprint_batch.FingerprintBatch` of the articles
+    at ``positions`` (its rows), its arrays taken as they are and its :class:`BatchKeys` if made for
+    this index (a fingerprint process makes them: off the deciding core): no
+    :class:`~stream_dedup.fingerprint.Fingerprint` per article. Rows without shingles, or computed
+    otherwise (``batch.whole``), are left to Python (:class:`BatchPrepared`). None (take
+    :func:`_builder`) if fewer than two rows are left, or the signatures are not of this index."""
+    m = len(positions)
+    if m < 2 or batch.minhash.shape != (m, engine.config.num_perm):
+        return None
+    starts = batch.starts()
+    keys = batch.keys
+    maker = KeyMaker.of(engine)
+    if keys is None or keys.made_for != maker.made_for:
+        keys = maker(batch)
+    exacts = batch.exacts()
+    view.prefetch([b"X" + e for e in exacts])
+    words = batch.words
+    word_at = starts[:, 1].tolist()
+    chosen = batch.n_shingles > 0
+    chosen[list(batch.whole)] = False
+    if chosen.all():  # (most batches: the arrays as they are)
+        rows = list(range(m))
+        identity, identity_at = batch.identity, starts[:, 2]
+        anchors, anchors_at = batch.anchors, starts[:, 0]
+        signatures, bucket_keys_, permuted, simhashes, sizes = (keys.signatures, keys.keys, keys.permuted,
+                                                                 batch.simhash, batch.n_shingles)
+    else:
+        rows = np.flatnonzero(chosen).tolist()
+        if len(rows) < 2:
+            return None
+        i_at, a_at = starts[:, 2].tolist(), starts[:, 0].tolist()
+        identity, identity_at = _joined([batch.identity[i_at[r]:i_at[r + 1]] for r in rows], np.uint32)
+        anchors, anchors_at = _joined([batch.anchors[a_at[r]:a_at[r + 1]] for r in rows], np.uint64)
+        signatures, bucket_keys_, permuted, simhashes, sizes = (keys.signatures[rows], keys.keys[rows],
+                                                                 keys.permuted[rows], batch.simhash[rows],
+                                                                 batch.n_shingles[rows])
+    words_of = [words[word_at[r]:word_at[r + 1]] for r in rows]
+    chosen_positions = [positions[r] for r in rows]
+    chosen_exacts = [exacts[r] for r in rows]
+    return Builder(n, chosen_positions, [len(w) in (0, _WORD_BYTES) for w in words_of], bucket_keys_, permuted,
+                   signatures, simhashes, sizes, chosen_exacts, words_of, identity, identity_at, anchors, anchors_at,
+                   _exact_to(view, chosen_positions, chosen_exacts, n))
+
+
+def _exact_to(view: BatchView, positions: list[int], exacts: list[bytes], n: int) -> np.ndarray:
+    """For each of the batch's ``n`` articles the exact duplicate it may be: the seq of an indexed
+    article with its exact hash, ``-2 - j`` for the batch's article ``j`` with it just before, -1
+    for none (the articles at ``positions``, with ``exacts``: the kernel walks back through the
+    batch's articles with the hash to the latest one indexed, whose exact hash the index maps to it then)."""
     last: dict[bytes, int] = {}  # each exact hash's latest article in the batch so far
-    fast = []
-    exact_to = np.full(len(prepared), -1, dtype=np.int64)
-    for i, p in zip(positions, chosen, strict=True):
-        exact = p.fp.exact
-        fast.append(Builder.takes(p))
+    exact_to = np.full(n, -1, dtype=np.int64)
+    for i, exact in zip(positions, exacts, strict=True):
         stored = view.exact_match(exact)
         if stored is not None:  # (an indexed article's: the exact duplicate of its record, if held)
             exact_to[i] = stored
@@ -126,18 +199,66 @@ def _builder(view: BatchView, prepared: list[Prepared | None], engine: Deduplica
             if exact in last:
                 exact_to[i] = -2 - last[exact]
             last[exact] = i
-    return Builder(len(prepared), positions, chosen, fast, keys, permuted, signatures, joined, exact_to)
+    return exact_to
 
 
-def _batch_keys(todo: list[Prepared], buckets: BandTable, tables: PermutedTables,
-                signatures: np.ndarray) -> tuple[np.ndarray, np.ndarray, bytes]:
-    """The bucket keys and permuted SimHashes of ``todo`` (rows; ``signatures``: theirs stacked), and
-    their anchors' bytes end to end (the D value of an article whose passage lists are all empty:
-    ~1.2 us an article's numpy calls, made once for the batch; per article, the keys' two kernel
-    calls and their conversions cost ~7 us)."""
-    keys = buckets.keys(signatures)
-    permuted = tables.permute_many(np.array([p.fp.simhash for p in todo], dtype=np.uint64))
-    return keys, permuted, anchor_bytes(np.concatenate([p.fp.anchors for p in todo]))
+@dataclass(slots=True)
+class BatchKeys:
+    """What deciding on a :class:`~stream_dedup.fingerprint_batch.FingerprintBatch`'s rows needs
+    besides their fingerprints, made where they were (:class:`KeyMaker`): their stored signatures
+    (``>u2[n, num_perm]``), LSH bucket keys (``uint64[n, bands]``) and SimHashes permuted for each
+    table (``uint64[n, tables]``), and the (bands, rows, SimHash k, blocks) they are made for."""
+    made_for: tuple[int, int, int, int]
+    signatures: np.ndarray
+    keys: np.ndarray
+    permuted: np.ndarray
+
+
+class KeyMaker:
+    """Makes the :class:`BatchKeys` of a batch for an index's banding and SimHash tables: in a
+    ``dedup`` fingerprint process, where they cost the deciding process nothing
+    (:mod:`stream_dedup.fingerprint_pool`)."""
+
+    def __init__(self, banding: tuple[int, int], tables: PermutedTables) -> None:
+        self.bands, self.rows = banding
+        self.tables = tables
+        self.made_for = (self.bands, self.rows, tables.k, tables.blocks)
+
+    @classmethod
+    def of(cls, engine: Deduplicator) -> KeyMaker:
+        return cls(engine.index.banding, engine.tables)
+
+    def __call__(self, batch: FingerprintBatch) -> BatchKeys:
+        signatures = stored_signature(batch.minhash)
+        return BatchKeys(self.made_for, signatures, bucket_keys(signatures, self.bands, self.rows),
+                         self.tables.permute_many(batch.simhash))
+
+
+class BatchPrepared:
+    """The prepared articles of a batch decided from a :class:`~stream_dedup.fingerprint_batch.FingerprintBatch`
+    of the articles at ``positions`` (:func:`_batch_builder`), each made when first asked for: only
+    those the compiled loop leaves to :meth:`Deduplicator._decide <stream_dedup.engine.Deduplicator._decide>`
+    are; None for a replay."""
+
+    def __init__(self, batch: FingerprintBatch, positions: list[int], builder: Builder, num_perm: int) -> None:
+        self.batch, self.builder, self.num_perm = batch, builder, num_perm
+        self.row_of = {i: r for r, i in enumerate(positions)}  # the batch's row of each article at positions
+        self.made: dict[int, Prepared] = {}
+
+    def __len__(self) -> int:
+        return self.builder.rows.shape[0]
+
+    def __getitem__(self, i: int) -> Prepared | None:
+        p = self.made.get(i)
+        if p is None:
+            r = self.row_of.get(i)
+            if r is None:
+                return None
+            fp = self.batch.fingerprint(r)
+            chosen = self.builder.chosen_row.get(i)  # (its signature converted already if the builder has it)
+            p = self.made[i] = Prepared.of(fp, self.num_perm) if chosen is None else \
+                Prepared(fp, self.builder.signatures[chosen])
+        return p
 
 
 @dataclass(slots=True)

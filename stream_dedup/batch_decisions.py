@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import rewrite, stored_decision
-from .decide_kernel import R_COLUMNS, R_INDEXED, R_JOINS, _decide_run
+from .decide_kernel import R_BEST, R_CANDIDATES, R_COLUMNS, R_INDEXED, R_JOINS, R_TEMPLATE, _decide_run
 from .decision import Decision, exact_copy, look_alike, verified
 from .index import _MAX_SEQ
 from .index_record import _LENGTHS, _RECORD, _pack_parts
@@ -37,47 +37,57 @@ __all__ = ["Builder", "FiledRun", "decide_all"]
 
 _WORD_BYTES = rewrite.WORD_BITS // 8
 _RECORD_HEAD, _LENGTH_BYTES = _RECORD.size, _LENGTHS.size  # (a record's bytes before its signature, its lengths)
+_HEAD_COLUMNS = [R_CANDIDATES, R_BEST, R_TEMPLATE, R_INDEXED, R_JOINS]  # (read for every article by _written)
 _NEW_STORED: dict[int, bytes] = {}  # candidates -> the stored form of a new article's decision without a look-alike
 
 
 class Builder:
-    """The arrays :func:`~stream_dedup.decide_kernel.decide_run` reads for a batch, made once from its prepared articles."""
+    """The arrays :func:`~stream_dedup.decide_kernel.decide_run` reads for a batch, made once from its articles' fingerprints."""
 
-    def __init__(self, n: int, positions: list[int], chosen: list[Prepared], fast: list[bool], keys: np.ndarray,
-                 permuted: np.ndarray, signatures: np.ndarray, anchor_bytes: bytes, exact_to: np.ndarray) -> None:
-        """A batch of ``n`` articles; ``chosen``: the prepared articles with shingles, at ``positions``
-        of the batch, ``fast`` saying which the kernel may take (:meth:`takes`, not exact duplicates);
-        ``keys``, ``permuted``, ``signatures``, ``anchor_bytes``: their bucket keys, permuted
-        SimHashes and signatures (rows) and their anchors' bytes end to end (:func:`stream_dedup.batch._batch_keys`);
-        ``exact_to``: the exact duplicate each article may be (:func:`stream_dedup.batch._builder`)."""
+    def __init__(self, n: int, positions: list[int], fast: list[bool], keys: np.ndarray, permuted: np.ndarray,
+                 signatures: np.ndarray, simhashes: np.ndarray, sizes: np.ndarray, exacts: list[bytes],
+                 words: list[bytes], identity: np.ndarray, identity_at: np.ndarray, anchors: np.ndarray,
+                 anchors_at: np.ndarray, exact_to: np.ndarray) -> None:
+        """A batch of ``n`` articles; rows for those with shingles, at ``positions`` of the batch,
+        ``fast`` saying which the kernel may take (:meth:`takes`, not exact duplicates); per row:
+        ``keys``, ``permuted``, ``signatures``: bucket keys, permuted SimHashes and stored signatures
+        (rows), ``simhashes``, set ``sizes``, ``exacts``, content-word bitmaps ``words``; their
+        identity sketches and passage anchors end to end (row ``r``'s from ``*_at[r]`` to
+        ``*_at[r + 1]``); ``exact_to``: the exact duplicate each article may be (:func:`stream_dedup.batch._exact_to`)."""
+        m = len(positions)
         self.exact_to = exact_to
         self.rows = np.full(n, -1, dtype=np.int64)
         self.rows[[i for i, f in zip(positions, fast, strict=True) if f]] = \
             [r for r, f in enumerate(fast) if f]
         self.chosen_row = {i: r for r, i in enumerate(positions)}  # every chosen article's row
-        self.all_anchor_bytes = anchor_bytes
-        fps = [p.fp for p in chosen]
-        self.keys, self.permuted = keys, permuted
-        # (np.stack gives the signatures in native byte order)
+        self.keys, self.permuted, self.signatures = keys, permuted, signatures
         self.queries = signatures.astype(np.int64)
         # (big-endian, as records keep them)
         self.signature_bytes, self.signature_size = signatures.astype(">u2").tobytes(), 2 * signatures.shape[1]
-        self.simhashes = np.array([fp.simhash for fp in fps], dtype=np.uint64)
-        self.sizes = np.array([fp.n_shingles for fp in fps], dtype=np.int64)
-        self.has_words = np.array([len(fp.words) == _WORD_BYTES for fp in fps], dtype=np.bool_)
-        self.words = np.zeros((len(chosen), _WORD_BYTES), dtype=np.uint8)
+        self.simhashes = np.ascontiguousarray(simhashes, dtype=np.uint64)
+        self.sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+        # (what _written packs in each record, as Python values)
+        self.simhash_of: list[int] = self.simhashes.tolist()
+        self.size_of: list[int] = self.sizes.tolist()
+        self.exact_of, self.words_of = exacts, words
+        self.has_words = np.array([len(w) == _WORD_BYTES for w in words], dtype=np.bool_)
+        self.words = np.zeros((m, _WORD_BYTES), dtype=np.uint8)
         if self.has_words.any():
-            self.words[self.has_words] = np.frombuffer(b"".join(fp.words for fp in fps if len(fp.words) == _WORD_BYTES),
+            self.words[self.has_words] = np.frombuffer(b"".join(w for w in words if len(w) == _WORD_BYTES),
                                                        dtype=np.uint8).reshape(-1, _WORD_BYTES)
-        self.identity, self.identity_at = _joined([fp.identity for fp in fps], np.uint32)
+        self.identity = np.ascontiguousarray(identity, dtype=np.uint32)
+        self.identity_at = np.ascontiguousarray(identity_at, dtype=np.int64)
         self.identity_bytes = self.identity.astype(">u4").tobytes()  # (as records keep them)
         self.row_of: list[int] = self.rows.tolist()  # (Python ints: read per article)
         self.identity_ends: list[int] = (4 * self.identity_at).tolist()
-        self.anchors, self.anchors_at = _joined([fp.anchors for fp in fps], np.uint64)
+        self.anchors = np.ascontiguousarray(anchors, dtype=np.uint64)
+        self.anchors_at = np.ascontiguousarray(anchors_at, dtype=np.int64)
+        self.anchor_count: list[int] = np.diff(self.anchors_at).tolist()
+        self.all_anchor_bytes = anchor_bytes(self.anchors)
         # (room for each row's provisional record: decide_kernel._write_provisional)
         record_bytes = (_RECORD_HEAD + self.signature_size + _LENGTH_BYTES + 4 * np.diff(self.identity_at)
                         + _WORD_BYTES * self.has_words)
-        self.provisional_at = np.zeros(len(chosen) + 1, dtype=np.int64)
+        self.provisional_at = np.zeros(m + 1, dtype=np.int64)
         np.cumsum(record_bytes, out=self.provisional_at[1:])
         self.provisional = np.zeros(int(self.provisional_at[-1]), dtype=np.uint8)
         self.signature_u8 = np.frombuffer(self.signature_bytes, dtype=np.uint8)
@@ -124,14 +134,14 @@ class Builder:
         """The bytes of all the anchors of row ``r`` (:func:`stream_dedup.passages.anchor_bytes`)."""
         return self.all_anchor_bytes[ANCHOR_BYTES * self.anchors_at[r]:ANCHOR_BYTES * self.anchors_at[r + 1]]
 
-    def joins(self, i: int, p: Prepared) -> tuple[np.ndarray, bytes]:
+    def joins(self, i: int) -> tuple[np.ndarray, bytes]:
         """The anchors whose passage lists article ``i`` joined (:func:`~stream_dedup.decide_kernel.decide_run` left ``R_JOINS``
         of them) and its ``D`` value (:func:`stream_dedup.passages.posting_writes`)."""
-        anchors = p.fp.anchors
         r = self.rows[i]
-        if int(self.result[i, R_JOINS]) == anchors.shape[0]:  # all of them (most new articles)
-            return anchors, self._anchor_bytes(r)
-        adds = anchors[self.joined[self.anchors_at[r]:self.anchors_at[r + 1]].view(np.bool_)]
+        a0, a1 = self.anchors_at[r], self.anchors_at[r + 1]
+        if int(self.result[i, R_JOINS]) == a1 - a0:  # all of them (most new articles)
+            return self.anchors[a0:a1], self._anchor_bytes(r)
+        adds = self.anchors[a0:a1][self.joined[a0:a1].view(np.bool_)]
         return adds, anchor_bytes(adds)
 
 
@@ -144,7 +154,7 @@ def _joined(parts: list[np.ndarray], dtype: type) -> tuple[np.ndarray, np.ndarra
     return np.ascontiguousarray(np.concatenate(parts), dtype=dtype), at
 
 
-def decide_all(engine: Deduplicator, view: BatchView, ids: list[str], prepared: list[Prepared | None],
+def decide_all(engine: Deduplicator, view: BatchView, ids: list[str], prepared: Sequence[Prepared | None],
                builder: Builder, nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
                receipts: Sequence[bytes | None] | None) -> list[Decision]:
     """The batch's decisions, in order: :func:`~stream_dedup.decide_kernel.decide_run` as far as it goes, each article it
@@ -164,8 +174,8 @@ def decide_all(engine: Deduplicator, view: BatchView, ids: list[str], prepared: 
             stop = builder.run(view, i, settings, c.index_below_similarity,
                                (rules.jaccard_of, rules.jaccard4_of, rules.rules, rules.params, rules.counts, rules.out,
                                 rules.summary, rules.passed, rules.starts, rules.lengths))
-            _note_run(view, builder, prepared, i, stop, seq0)
-            decisions += _written(engine, view, builder, ids, prepared, i, stop, nows, checkpoints, receipts)
+            _note_run(view, builder, i, stop, seq0)
+            decisions += _written(engine, view, builder, ids, i, stop, nows, checkpoints, receipts)
             i = stop
             if i == n:
                 continue
@@ -176,7 +186,7 @@ def decide_all(engine: Deduplicator, view: BatchView, ids: list[str], prepared: 
     return decisions
 
 
-def _note_run(view: BatchView, builder: Builder, prepared: list[Prepared | None], start: int, stop: int,
+def _note_run(view: BatchView, builder: Builder, start: int, stop: int,
               seq0: int) -> None:
     """Note what :func:`~stream_dedup.decide_kernel.decide_run` filed for articles ``start:stop`` (:class:`FiledRun`), before
     anything else can raise: a rollback takes them out again."""
@@ -184,14 +194,13 @@ def _note_run(view: BatchView, builder: Builder, prepared: list[Prepared | None]
     if indexed:
         view.index.lists_behind = True  # the lists are ahead of RocksDB until the commit (no snapshot)
         view.bucket_entries += indexed * builder.keys.shape[1]
-        view.filed.append(FiledRun(builder, prepared, start, stop, seq0))
+        view.filed.append(FiledRun(builder, start, stop, seq0))
 
 
 @dataclass(slots=True)
 class FiledRun:
     """Articles ``start:stop`` of a batch, seqs from ``seq0``, as :func:`~stream_dedup.decide_kernel.decide_run` filed them."""
     builder: Builder
-    prepared: list[Prepared | None]
     start: int
     stop: int
     seq0: int
@@ -205,12 +214,12 @@ class FiledRun:
                 r, seq = b.rows[j], self.seq0 + j - self.start
                 out += [(view.simhash, b.permuted[r], seq), (view.buckets, b.keys[r], seq)]
                 if b.result[j, R_JOINS]:
-                    out.append((view.lists, b.joins(j, self.prepared[j])[0], seq))  # type: ignore[arg-type]
+                    out.append((view.lists, b.joins(j)[0], seq))
         return out
 
 
-def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[str], prepared: list[Prepared | None],
-             start: int, stop: int, nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
+def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[str], start: int, stop: int,
+             nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
              receipts: Sequence[bytes | None] | None) -> list[Decision]:
     """The decisions :func:`~stream_dedup.decide_kernel.decide_run` left for articles ``start:stop``, their records written
     (:meth:`BatchView.write_records`, then the record store's, each in one call) in order."""
@@ -225,15 +234,19 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
     rows = builder.row_of
     signatures, size, identities, identity_at = (builder.signature_bytes, builder.signature_size,
                                                  builder.identity_bytes, builder.identity_ends)
+    simhash_of, size_of, exact_of, words_of, anchor_count = (builder.simhash_of, builder.size_of, builder.exact_of,
+                                                             builder.words_of, builder.anchor_count)
     roots: list[str] = []  # (the root of each article of the call: a match filed in the same call, at = -1)
-    for j, row in zip(range(start, stop), builder.result[start:stop].tolist(), strict=True):
+    result = builder.result
+    # (the columns every article needs, as Python numbers; a match's or a look-alike's others from its row)
+    for j, (candidates, best, template, indexed, joins) in zip(
+            range(start, stop), result[start:stop, _HEAD_COLUMNS].tolist(), strict=True):
         article_id = ids[j]
-        fp = prepared[j].fp  # type: ignore[union-attr]
-        candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, indexed, joins, at, \
-            length, exact = row
+        r = rows[j]
         root_id = article_id
         rid = b""
         if best >= 0:  # (a match filed in this call: at = -1, its id and root are this call's)
+            _, _, _, _, hits, direction, ham, jaccard, cont, _, _, _, at, length, exact = result[j].tolist()
             if at < 0:
                 k = int(best) - seq0
                 matched_id, root_id = ids[start + k], roots[k]
@@ -250,6 +263,7 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
             if root_id != article_id:
                 rid = root_id.encode("utf-8", "surrogatepass")
         elif template >= 0:
+            _, _, _, agreed, _, _, _, _, _, template_jaccard, _, _, at, length, _ = result[j].tolist()
             template_id = ids[start + int(template) - seq0] if at < 0 else ids_of(held[int(at):int(at + length)])[0]
             decision = look_alike(article_id, template_jaccard, int(candidates), template_id, agreed)
             stored = stored_decision.encode_decision(decision, article_id, root_id)
@@ -259,14 +273,14 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
             stored = _NEW_STORED.get(k)  # type: ignore[assignment]
             if stored is None:
                 stored = _NEW_STORED[k] = stored_decision.encode_decision(decision, article_id, root_id)
-        r = rows[j]
-        record = _pack_parts(nows[j], fp.simhash, fp.n_shingles, indexed, fp.exact, signatures[r * size:(r + 1) * size],
+        exact = exact_of[r]
+        record = _pack_parts(nows[j], simhash_of[r], size_of[r], indexed, exact, signatures[r * size:(r + 1) * size],
                              article_id.encode("utf-8", "surrogatepass"), rid,
-                             identities[identity_at[r]:identity_at[r + 1]], fp.anchors.shape[0],
-                             fp.words if indexed else rewrite.NO_WORDS, stored)
+                             identities[identity_at[r]:identity_at[r + 1]], anchor_count[r],
+                             words_of[r] if indexed else rewrite.NO_WORDS, stored)
         records.append(record)
-        exacts.append(fp.exact if indexed else None)
-        passages.append(builder.joins(j, prepared[j])[1] if joins else b"")  # type: ignore[arg-type]
+        exacts.append(exact if indexed else None)
+        passages.append(builder.joins(j)[1] if joins else b"")
         out.append(decision)
         roots.append(root_id)
     view.write_records(records, ids[start:stop], exacts, passages, nows[start:stop],

@@ -49,6 +49,7 @@ from .batch import NO_KEYS, BatchView, Prepared, run_batch
 from .config import EngineConfig
 from .decision import METHODS, Decision, exact_copy, look_alike, verified  # noqa: F401  (METHODS: re-exported)
 from .fingerprint import Fingerprint, Fingerprinter
+from .fingerprint_batch import FingerprintBatch
 from .folding import FOLDING_VERSION
 from .index import SIGNATURE_BITS, Index, StoredArticle
 from .lsh import LSHParams, explicit_params, optimal_params
@@ -128,10 +129,10 @@ class Deduplicator(PythonRules):
                       checkpoints: Sequence[tuple[str, int] | None] | None = None) -> list[Decision]:
         """:meth:`process` on each article in order, in one atomic write (see :meth:`decide_batch`)."""
         return self._batch([a.id for a in articles],
-                           lambda at: self.fingerprinter.fingerprint_many([(articles[i].text, articles[i].is_html)
-                                                                           for i in at]), now, checkpoints)
+                           lambda at: FingerprintBatch.of(self.fingerprinter, [(articles[i].text, articles[i].is_html)
+                                                                               for i in at]), now, checkpoints)
 
-    def decide_batch(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None],
+    def decide_batch(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None] | FingerprintBatch,
                      now: float | Sequence[float] | None = None,
                      checkpoints: Sequence[tuple[str, int] | None] | None = None,
                      receipts: Sequence[bytes | None] | None = None) -> list[Decision]:
@@ -143,9 +144,16 @@ class Deduplicator(PythonRules):
         none, and a batch that raises writes nothing. ``now`` is every article's first-seen time,
         or one time per article (a stream's event times); the retention sweep runs (if due) once,
         before the batch, at the first article's time. The fingerprint of an id known before it
-        (a replay) is not used and may be None.
+        (a replay) is not used and may be None. ``fingerprints`` may be a :class:`FingerprintBatch` of
+        the articles (what ``dedup``'s fingerprint processes send): the batch is then decided from its
+        arrays, and from the bucket keys made with it (:class:`stream_dedup.batch.KeyMaker`).
         """
-        return self._batch(list(ids), lambda at: [fingerprints[i] for i in at], now, checkpoints, receipts)
+        ids = list(ids)
+        if isinstance(fingerprints, FingerprintBatch):  # (decided from its arrays when they are all asked for)
+            every = list(range(len(ids)))
+            return self._batch(ids, lambda at: fingerprints if at == every else [fingerprints[i] for i in at], now,
+                               checkpoints, receipts)
+        return self._batch(ids, lambda at: [fingerprints[i] for i in at], now, checkpoints, receipts)
 
     def receipt(self, token: bytes) -> tuple[int, bool] | None:
         """``(checkpoint offset, replayed)`` of the delivery ``token`` if it was decided, else None.

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from . import fingerprint_kernel
 from .fingerprint import Fingerprint, Fingerprinter, html_to_text
 from .jit import trusted
 from .rewrite import NO_WORDS
+
+if TYPE_CHECKING:
+    from .batch import BatchKeys
 
 __all__ = ["FingerprintBatch"]
 
@@ -42,14 +46,16 @@ class FingerprintBatch:
     end in ``anchors``, ``words`` and ``identity`` (they start where text ``i - 1``'s end);
     ``whole[i]``: the fingerprint of a text computed otherwise (its row unused)."""
     minhash: np.ndarray           # uint32[n, num_perm]
-    simhash: list[int]
-    exact: list[bytes]
-    n_shingles: list[int]
-    ends: list[list[int]]         # [anchors, words, identity] ends per text
+    simhash: np.ndarray           # uint64[n]
+    exact: bytes                  # 16 bytes per text, end to end
+    n_shingles: np.ndarray        # int64[n]
+    ends: np.ndarray              # int64[n, 3]: [anchors, words, identity] ends per text
     anchors: np.ndarray           # uint64, all texts'
     words: bytes                  # all texts' content-word bitmaps
     identity: np.ndarray          # uint32, all texts'
     whole: dict[int, Fingerprint] = field(default_factory=dict)
+    #: what deciding on the rows needs besides (stream_dedup.batch.BatchKeys), if made with them
+    keys: BatchKeys | None = None
 
     @classmethod
     def of(cls, fingerprinter: Fingerprinter, texts: Sequence[tuple[str, bool]]) -> FingerprintBatch:
@@ -64,15 +70,15 @@ class FingerprintBatch:
         status, counts, sims, mins, exacts, ends, anchors, words, identity = _fingerprint_many(
             np.frombuffer(b"".join(encoded), dtype=np.uint8), starts,
             np.array([text.isascii() for text in plain], dtype=np.bool_), *fpr.kernel_settings())
-        raw = exacts.astype("<u8", copy=False).tobytes()  # (h1, h2 little-endian: exact_hash's 16 bytes)
-        batch = cls(minhash=mins, simhash=sims.tolist(), n_shingles=counts.tolist(), ends=ends.tolist(),
-                    exact=[raw[at:at + 16] for at in range(0, 16 * len(plain), 16)],
+        # (the exact hashes' h1, h2 little-endian: exact_hash's 16 bytes)
+        batch = cls(minhash=mins, simhash=sims.astype(np.uint64, copy=False), n_shingles=counts.astype(np.int64),
+                    ends=ends.astype(np.int64, copy=False), exact=exacts.astype("<u8", copy=False).tobytes(),
                     anchors=anchors, words=words.tobytes(), identity=identity)
         for i in np.flatnonzero(status != fingerprint_kernel.DONE).tolist():
             if status[i] == fingerprint_kernel.TOKENS_NOT_FOLDED:
                 batch.whole[i] = fpr._chained(plain[i])
             else:  # the identity sketch in Python, the rest the call's
-                fp = batch._at(i, *([0, 0, 0] if i == 0 else batch.ends[i - 1]), *batch.ends[i])
+                fp = batch.fingerprint(i)
                 fp.identity = fpr._identity(plain[i])
                 batch.whole[i] = fp
         return batch
@@ -80,32 +86,51 @@ class FingerprintBatch:
     @classmethod
     def of_fingerprints(cls, fingerprints: list[Fingerprint]) -> FingerprintBatch:
         """A batch of fingerprints computed one by one (each kept whole)."""
-        return cls(minhash=np.zeros((0, 0), dtype=np.uint32), simhash=[], exact=[], n_shingles=[], ends=[],
+        return cls(minhash=np.zeros((0, 0), dtype=np.uint32), simhash=np.zeros(0, dtype=np.uint64), exact=b"",
+                   n_shingles=np.zeros(0, dtype=np.int64), ends=np.zeros((0, 3), dtype=np.int64),
                    anchors=np.zeros(0, dtype=np.uint64), words=b"", identity=np.zeros(0, dtype=np.uint32),
                    whole=dict(enumerate(fingerprints)))
 
     def __len__(self) -> int:
-        return max(len(self.simhash), len(self.whole))
+        return max(self.simhash.shape[0], len(self.whole))
+
+    def exacts(self) -> list[bytes]:
+        """Each row's exact hash (16 bytes)."""
+        raw = self.exact
+        return [raw[at:at + 16] for at in range(0, len(raw), 16)]
+
+    def starts(self) -> np.ndarray:
+        """int64[n + 1, 3]: where each text's anchors, words and identity begin in the batch's (one more: the ends)."""
+        out = np.zeros((self.ends.shape[0] + 1, 3), dtype=np.int64)
+        out[1:] = self.ends
+        return out
+
+    def __getitem__(self, i: int) -> Fingerprint:
+        return self.fingerprint(i)
+
+    def fingerprint(self, i: int) -> Fingerprint:
+        """Text ``i``'s fingerprint (arrays: views of the batch's)."""
+        if i in self.whole:
+            return self.whole[i]
+        (a0, w0, i0), (a1, w1, i1) = self.starts()[i:i + 2].tolist()
+        return Fingerprint(minhash=self.minhash[i], simhash=int(self.simhash[i]), exact=self.exact[16 * i:16 * i + 16],
+                           n_shingles=int(self.n_shingles[i]), anchors=self.anchors[a0:a1],
+                           words=self.words[w0:w1] if w1 > w0 else NO_WORDS, identity=self.identity[i0:i1])
 
     def fingerprints(self) -> list[Fingerprint]:
         """One :class:`Fingerprint` per text, in order (arrays: views of the batch's)."""
         whole = self.whole
-        if not self.simhash:
+        if not self.simhash.shape[0]:
             return [whole[i] for i in range(len(whole))]
         anchors, identity, words = self.anchors, self.identity, self.words
         out: list[Fingerprint] = []
         a0 = w0 = i0 = 0
         # (positional arguments, the rows by iteration: ~0.6 us a text, where keywords and indexing took ~0.9)
-        for row, sim, exact, n, (a1, w1, i1) in zip(self.minhash, self.simhash, self.exact, self.n_shingles, self.ends,
-                                                    strict=True):
+        for row, sim, exact, n, (a1, w1, i1) in zip(self.minhash, self.simhash.tolist(), self.exacts(),
+                                                    self.n_shingles.tolist(), self.ends.tolist(), strict=True):
             out.append(Fingerprint(row, sim, exact, n, identity[i0:i1], anchors[a0:a1],
                                    words[w0:w1] if w1 > w0 else NO_WORDS))
             a0, w0, i0 = a1, w1, i1
         for i, fp in whole.items():  # (computed otherwise: their rows are unused)
             out[i] = fp
         return out
-
-    def _at(self, i: int, a0: int, w0: int, i0: int, a1: int, w1: int, i1: int) -> Fingerprint:
-        return Fingerprint(minhash=self.minhash[i], simhash=self.simhash[i], exact=self.exact[i],
-                           n_shingles=self.n_shingles[i], anchors=self.anchors[a0:a1],
-                           words=self.words[w0:w1] if w1 > w0 else NO_WORDS, identity=self.identity[i0:i1])

@@ -6,10 +6,12 @@ on a file hands :class:`FingerprintPool` each batch's *byte range* of the input 
 lines are read, in chunks of :data:`CHUNK_LINES` lines, and decides older batches meanwhile. A
 child reads its chunk from the file itself (``os.pread`` on the inherited descriptor: no text
 crosses a pipe), parses each line (:func:`~stream_dedup.record.parse_record`), fingerprints the
-chunk's texts in one call (:class:`~stream_dedup.fingerprint_batch.FingerprintBatch`) and sends
-back what the caller needs: per line its id and title (:class:`Parsed`), ``None`` for a blank
-line, or :data:`REPARSE` for a line that does not parse (the caller parses that line itself and
-gets the very error: parsing is deterministic), and the fingerprints.
+chunk's texts in one call (:class:`~stream_dedup.fingerprint_batch.FingerprintBatch`), makes
+their stored signatures, LSH bucket keys and permuted SimHashes too (:class:`~stream_dedup.batch.KeyMaker`:
+work the deciding process then does not do) and sends back what the caller needs: per line its id
+and title (:class:`Parsed`), ``None`` for a blank line, or :data:`REPARSE` for a line that does not
+parse (the caller parses that line itself and gets the very error: parsing is deterministic), and
+the fingerprints, as one batch of arrays.
 
 The caller does not wait while there is work: when the chunk it needs is not back yet and chunks
 are still queued for the children, it takes the last queued one (the one the children would reach
@@ -43,6 +45,7 @@ from .fingerprint_batch import FingerprintBatch
 from .record import RecordError, parse_record
 
 if TYPE_CHECKING:
+    from .batch import KeyMaker
     from .config import EngineConfig
 
 __all__ = ["CHUNK_LINES", "ChunkResult", "FingerprintFailed", "FingerprintPool", "Parsed", "REPARSE", "read_chunk"]
@@ -69,7 +72,8 @@ class Parsed(NamedTuple):
 
 
 #: a chunk's lines (Parsed, None for a blank line, REPARSE) and its records' fingerprints in order
-ChunkResult = tuple[list["Parsed | str | None"], list["Fingerprint | FingerprintFailed"]]
+#: (a list if one raised)
+ChunkResult = tuple[list["Parsed | str | None"], "FingerprintBatch | list[Fingerprint | FingerprintFailed]"]
 
 
 def _pread(fd: int, start: int, size: int) -> bytes:
@@ -84,11 +88,12 @@ def _pread(fd: int, start: int, size: int) -> bytes:
     return b"".join(parts)
 
 
-def read_chunk(fingerprinter: Fingerprinter, config: EngineConfig, fd: int, start: int,
-               lengths: list[int]) -> tuple[list[Parsed | str | None], FingerprintBatch | list[Fingerprint | FingerprintFailed]]:
+def read_chunk(fingerprinter: Fingerprinter, config: EngineConfig, fd: int, start: int, lengths: list[int],
+               keys: KeyMaker | None = None) -> ChunkResult:
     """The lines of ``lengths`` bytes each from byte ``start`` of ``fd``: parsed and fingerprinted
     (see the module doc; the fingerprints as one :class:`FingerprintBatch`, one pickle of a few
-    arrays, unless a text raised: then a list)."""
+    arrays, with its :class:`~stream_dedup.batch.BatchKeys` made by ``keys``, unless a text raised:
+    then a list)."""
     data = _pread(fd, start, sum(lengths))
     lines: list[Parsed | str | None] = []
     texts: list[tuple[str, bool]] = []
@@ -106,7 +111,10 @@ def read_chunk(fingerprinter: Fingerprinter, config: EngineConfig, fd: int, star
             continue
         lines.append(Parsed(article.id, article.title))
         texts.append((article.text, article.is_html))
-    return lines, _fingerprints(fingerprinter, texts)
+    fps = _fingerprints(fingerprinter, texts)
+    if keys is not None and isinstance(fps, FingerprintBatch) and fps.simhash.shape[0]:
+        fps.keys = keys(fps)
+    return lines, fps
 
 
 def _fingerprints(fingerprinter: Fingerprinter,
@@ -126,7 +134,8 @@ def _fingerprints(fingerprinter: Fingerprinter,
     return out
 
 
-def _serve(tasks: Connection, results: Connection, fd: int, config: EngineConfig, parent: int) -> None:
+def _serve(tasks: Connection, results: Connection, fd: int, config: EngineConfig, parent: int,
+           keys: KeyMaker | None) -> None:
     """A child's loop: ``(number, start, lengths)`` in, ``(number, lines, fingerprints)`` out (the
     fingerprints as one :class:`FingerprintBatch`: one pickle of a few arrays; ``None, None`` if
     reading the chunk raised)."""
@@ -145,16 +154,10 @@ def _serve(tasks: Connection, results: Connection, fd: int, config: EngineConfig
             return
         number, start, lengths = task
         try:
-            found = read_chunk(fingerprinter, config, fd, start, lengths)
+            found = read_chunk(fingerprinter, config, fd, start, lengths, keys)
         except Exception:  # noqa: BLE001 - e.g. the file cut short: the caller does the chunk and gets the error
             found = (None, None)
         results.send((number, *found))
-
-
-def _taken(lines: list[Parsed | str | None],
-           fps: FingerprintBatch | list[Fingerprint | FingerprintFailed]) -> ChunkResult:
-    """:func:`read_chunk`'s result as :meth:`FingerprintPool.result` gives it (one fingerprint per record)."""
-    return lines, fps.fingerprints() if isinstance(fps, FingerprintBatch) else fps  # type: ignore[return-value]
 
 
 @dataclass(slots=True)
@@ -166,12 +169,14 @@ class _Child:
 
 
 class FingerprintPool:
-    """``processes`` forked children that read, parse and fingerprint chunks of the file ``fd`` (see the module doc)."""
+    """``processes`` forked children that read, parse and fingerprint chunks of the file ``fd`` (see
+    the module doc), and make their :class:`~stream_dedup.batch.BatchKeys` with ``keys``."""
 
-    def __init__(self, config: EngineConfig, processes: int, fd: int, fingerprinter: Fingerprinter) -> None:
+    def __init__(self, config: EngineConfig, processes: int, fd: int, fingerprinter: Fingerprinter,
+                 keys: KeyMaker | None = None) -> None:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, not {processes}")
-        self.config, self.fd, self.fingerprinter = config, fd, fingerprinter
+        self.config, self.fd, self.fingerprinter, self.keys = config, fd, fingerprinter, keys
         self._queued: deque[int] = deque()  # chunk numbers not sent to a child, oldest first
         self._chunks: dict[int, tuple[int, list[int]]] = {}  # number -> (start, lengths), until its result is taken
         self._done: dict[int, ChunkResult | None] = {}  # results back (None: the chunk raised in a child)
@@ -188,7 +193,7 @@ class FingerprintPool:
                 fcntl.fcntl(results_in.fileno(), fcntl.F_SETPIPE_SZ, _RESULTS_PIPE_BYTES)
             except OSError:  # (a lower system limit: a child may then wait to write, nothing worse)
                 pass
-            process = context.Process(target=_serve, args=(tasks_out, results_in, fd, config, os.getpid()),
+            process = context.Process(target=_serve, args=(tasks_out, results_in, fd, config, os.getpid(), keys),
                                       daemon=True, name="stream-dedup-fingerprint")
             process.start()
             tasks_out.close()
@@ -239,7 +244,7 @@ class FingerprintPool:
 
     def _here(self, number: int) -> None:
         start, lengths = self._chunks[number]
-        self._done[number] = _taken(*read_chunk(self.fingerprinter, self.config, self.fd, start, lengths))
+        self._done[number] = read_chunk(self.fingerprinter, self.config, self.fd, start, lengths, self.keys)
         self.stolen += 1
 
     def _collect(self, timeout: float | None, child: _Child | None = None) -> None:
@@ -258,7 +263,7 @@ class FingerprintPool:
                             del self._held_by[number]
                             c.held -= 1
                             # (None: it raised there; the chunk is done here when asked for, and raises here)
-                            self._done[number] = None if lines is None else _taken(lines, fps)
+                            self._done[number] = None if lines is None else (lines, fps)
                             if not c.results.poll():
                                 break
                     except (EOFError, OSError) as exc:

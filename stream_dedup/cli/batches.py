@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 from ..record import PROCESSING_ERROR, RecordError, parse_record
 
 if TYPE_CHECKING:
-    from ..config import EngineConfig
     from ..engine import Deduplicator
-    from ..fingerprint import Fingerprint, Fingerprinter
+    from ..fingerprint import Fingerprint
+    from ..fingerprint_batch import FingerprintBatch
     from ..fingerprint_pool import FingerprintFailed, FingerprintPool, Parsed
     from ..record import Article
 
@@ -107,17 +107,19 @@ def _pipe_lines(fd: int) -> Iterator[tuple[bytes, bool]]:
         yield tail, False
 
 
-def fingerprint_pool(processes: int | None, config: EngineConfig, input_bytes: int | None, fd: int,
-                     fingerprinter: Fingerprinter) -> FingerprintPool | None:
-    """The pool of ``--fingerprint-processes`` reading the file ``fd`` (None: one for an input file of
-    at least :data:`AUTO_POOL_BYTES` when this process may use two cores or more), or None for none."""
+def fingerprint_pool(processes: int | None, dedup: Deduplicator, input_bytes: int | None,
+                     fd: int) -> FingerprintPool | None:
+    """The pool of ``--fingerprint-processes`` reading the file ``fd`` for ``dedup`` (None: one for an
+    input file of at least :data:`AUTO_POOL_BYTES` when this process may use two cores or more), or
+    None for none."""
     if processes is None:
         processes = int(input_bytes is not None and input_bytes >= AUTO_POOL_BYTES and len(os.sched_getaffinity(0)) > 1)
     if not processes:
         return None
+    from ..batch import KeyMaker
     from ..fingerprint_pool import FingerprintPool
 
-    return FingerprintPool(config, processes, fd, fingerprinter)
+    return FingerprintPool(dedup.config, processes, fd, dedup.fingerprinter, KeyMaker.of(dedup))
 
 
 class BatchDecider:
@@ -175,23 +177,31 @@ class BatchDecider:
             batch, fingerprints = self._parsed(batch, chunks)
         articles = [article for _, _, _, article, _ in batch if article is not None]
         checkpoints = [(self.checkpoint, n) for n, _, _, article, _ in batch if article is not None]
-        if fingerprints is not None and any(not isinstance(fp, Fingerprint) for fp in fingerprints):
+        if isinstance(fingerprints, list) and any(not isinstance(fp, Fingerprint) for fp in fingerprints):
             # (rare: a text whose fingerprint raised: the batch is decided from the texts, where it raises
             # again, and only its record is rejected)
             articles = [parse_record(raw, self.dedup.config) for _, _, raw, article, _ in batch if article is not None]
             fingerprints = None
         return batch, decide_batch(self.dedup, articles, checkpoints, fingerprints)
 
-    def _parsed(self, batch: list[Line], chunks: list[int]) -> tuple[list[Line], list[Fingerprint | FingerprintFailed]]:
+    def _parsed(self, batch: list[Line], chunks: list[int]) -> tuple[list[Line], FingerprintBatch | list[Fingerprint]
+                                                                     | list[Fingerprint | FingerprintFailed]]:
         """The batch's lines with what the pool found in them (a line it could not parse parsed here
-        again, for its error), and its records' fingerprints."""
+        again, for its error), and its records' fingerprints: the pool's batch of them when the lines
+        are one chunk whose texts all were, else a list (with a :class:`FingerprintFailed` in place
+        of each that raised)."""
+        from ..fingerprint_batch import FingerprintBatch
         from ..fingerprint_pool import CHUNK_LINES, REPARSE
 
         lines: list[Line] = []
         fingerprints: list[Fingerprint | FingerprintFailed] = []
+        whole: FingerprintBatch | None = None
         for i, number in enumerate(chunks):
             parsed, fps = self.pool.result(number)  # type: ignore[union-attr]
-            fingerprints += fps
+            if isinstance(fps, FingerprintBatch) and len(chunks) == 1:
+                whole = fps
+            else:
+                fingerprints += fps.fingerprints() if isinstance(fps, FingerprintBatch) else fps
             for (lineno, nbytes, raw, _, _), found in zip(batch[i * CHUNK_LINES:(i + 1) * CHUNK_LINES], parsed,
                                                           strict=True):
                 error: Exception | None = None
@@ -203,11 +213,11 @@ class BatchDecider:
                     except (RecordError, UnicodeEncodeError) as err:
                         error = err
                 lines.append((lineno, nbytes, raw, found, error))  # type: ignore[arg-type]
-        return lines, fingerprints
+        return lines, whole if whole is not None else fingerprints
 
 
 def decide_batch(dedup: Deduplicator, articles: list[Article | Parsed], checkpoints: list[tuple[str, int]],
-                 fingerprints: list[Fingerprint] | None = None) -> list[object]:
+                 fingerprints: list[Fingerprint] | FingerprintBatch | None = None) -> list[object]:
     """Their decisions in one batch (on ``fingerprints`` if given, else fingerprinted here from the
     articles' texts); if the batch raises (it then writes nothing), one at a time (on the same
     fingerprints when given: what a fingerprint process parsed holds no text), so that a failing

@@ -253,8 +253,8 @@ def run_dedup(args: argparse.Namespace) -> int:
         lines = ((line, True) for line in source) if is_file else lines_with_readiness(source)
         pending: list[Line] = []  # lines read, not yet sent to be decided
         # a file's next batch is fingerprinted in a child process meanwhile (a pipe's batch is decided at once)
-        decider = BatchDecider(dedup, fingerprint_pool(args.fingerprint_processes, config, total, source.fileno(),
-                                                       dedup.fingerprinter) if is_file else None, ckpt)
+        decider = BatchDecider(dedup, fingerprint_pool(args.fingerprint_processes, dedup, total, source.fileno())
+                               if is_file else None, ckpt)
         stack.callback(decider.close)
         parses_elsewhere = decider.parses  # (the pool's processes parse the lines)
         # byte offsets in the file: where the next line starts, where the pending lines do

@@ -10,10 +10,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from stream_dedup import batch_decisions
-from stream_dedup.batch import BatchView
+from stream_dedup import batch, batch_decisions
+from stream_dedup.batch import BatchView, KeyMaker
 from stream_dedup.config import EngineConfig
 from stream_dedup.engine import Deduplicator
+from stream_dedup.fingerprint_batch import FingerprintBatch
 from stream_dedup.html_text import html_to_text
 from stream_dedup.record import Article, article_from_object
 
@@ -91,6 +92,46 @@ def test_kernel_decides_most_articles_as_one_by_one(tmp_path: Path, shared_strea
     assert index == reference_index
     assert counted.kernel + counted.python == len(articles)
     assert counted.kernel > (0.85 if shape == "short" else 0.5) * len(articles), (counted.kernel, counted.python)
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("shape", ["short", "long"])
+def test_a_fingerprint_batch_with_its_keys_decides_as_its_fingerprints(tmp_path: Path, shared_stream,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        shape: str) -> None:
+    """decide_batch on a FingerprintBatch whose keys a KeyMaker made (what dedup's fingerprint
+    processes send) gives the events and the index of decide_batch on its fingerprints as a list, and
+    of one article at a time; the batch's own arrays are taken (batch._batch_builder) for every batch
+    but one of replays."""
+    config = EngineConfig()
+    records = shared_stream(1024)[0]
+    articles = [article_from_object(r, config) for r in (_short(records) if shape == "short" else records)]
+    articles += articles[100:150]  # (a batch of replays: decided from its fingerprints one by one)
+    taken = []
+    builder_of = batch._batch_builder
+
+    def counted(*args: object) -> object:
+        made = builder_of(*args)
+        taken.append(made is not None)
+        return made
+
+    monkeypatch.setattr(batch, "_batch_builder", counted)
+    results = []
+    for how in ("list", "batch", "one"):
+        with Deduplicator(config, tmp_path / how) as d:
+            keys, events, size = KeyMaker.of(d), [], 1 if how == "one" else 256
+            for i in range(0, len(articles), size):
+                chunk = articles[i:i + size]
+                fps = FingerprintBatch.of(d.fingerprinter, [(a.text, a.is_html) for a in chunk])
+                if how == "batch":
+                    fps.keys = keys(fps)
+                events += [x.to_event() for x in d.decide_batch([a.id for a in chunk],
+                                                                fps if how == "batch" else fps.fingerprints(),
+                                                                now=NOW)]
+            results.append((events, _index_state(d)))
+    assert results[0] == results[1] == results[2]
+    assert sum(e["type"] == "duplicate-of" for e in results[0][0]) > len(records) // 4
+    assert taken == [True] * 4
 
 
 # configurations that change what the kernel reads or decides: no passage anchors, character shingles,

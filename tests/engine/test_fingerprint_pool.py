@@ -9,15 +9,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from stream_dedup.batch import KeyMaker
 from stream_dedup.config import EngineConfig
+from stream_dedup.engine import lsh_params
 from stream_dedup.fingerprint import Fingerprinter
+from stream_dedup.fingerprint_batch import FingerprintBatch
 from stream_dedup.fingerprint_pool import REPARSE, FingerprintPool, Parsed, read_chunk
 from stream_dedup.record import RecordError, parse_record
+from stream_dedup.simhash import PermutedTables
 
 CONFIG = EngineConfig()
 FPR = Fingerprinter(CONFIG)
+KEYS = KeyMaker((lsh_params(CONFIG).bands, lsh_params(CONFIG).rows), PermutedTables(CONFIG.simhash_k, CONFIG.simhash_blocks))
 
 
 def _lines(n: int) -> list[bytes]:
@@ -60,13 +66,28 @@ def _expected(lines: list[bytes]) -> tuple[list, list]:
     return parsed, fps
 
 
+def _listed(result: tuple) -> tuple[list, list]:
+    """A chunk's result with its fingerprints as a list; a batch's keys checked: made (by the child
+    or the caller), for its rows, the signatures the records keep, the keys the band table makes."""
+    parsed, fps = result
+    if isinstance(fps, FingerprintBatch):
+        keys, listed = fps.keys, fps.fingerprints()
+        assert keys is not None and keys.made_for == KEYS.made_for
+        rows = [r for r in range(len(listed)) if r not in fps.whole]  # (a text computed otherwise has no row)
+        assert keys.signatures[rows].tolist() == [(listed[r].minhash & 0xFFFF).tolist() for r in rows]
+        assert np.array_equal(keys.keys, KEYS(fps).keys) and keys.keys.shape == (len(listed), KEYS.bands)
+        assert keys.permuted[rows].tolist() == [KEYS.tables.permute_all(listed[r].simhash) for r in rows]
+        fps = listed
+    return parsed, fps
+
+
 @contextmanager
 def _pool_over(tmp_path: Path, lines: list[bytes], processes: int = 1) -> Iterator[FingerprintPool]:
     """A pool reading a file of ``lines``, closed at the end."""
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"".join(lines))
     with path.open("rb") as f:
-        pool = FingerprintPool(CONFIG, processes, f.fileno(), FPR)
+        pool = FingerprintPool(CONFIG, processes, f.fileno(), FPR, KEYS)
         try:
             yield pool
         finally:
@@ -88,8 +109,9 @@ def test_read_chunk_is_parse_and_fingerprint_of_each_line(tmp_path: Path) -> Non
     path.write_bytes(b"".join(lines))
     with path.open("rb") as f:
         for (start, lengths), i in zip(_chunks(lines, 50), range(0, 120, 50), strict=True):
-            parsed, batch = read_chunk(FPR, CONFIG, f.fileno(), start, lengths)
-            assert (parsed, batch.fingerprints()) == _expected(lines[i:i + 50])
+            assert _listed(read_chunk(FPR, CONFIG, f.fileno(), start, lengths, KEYS)) == _expected(lines[i:i + 50])
+            parsed, batch = read_chunk(FPR, CONFIG, f.fileno(), start, lengths)  # (no keys asked for: none made)
+            assert batch.keys is None and (parsed, batch.fingerprints()) == _expected(lines[i:i + 50])
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -103,7 +125,7 @@ def test_a_pool_gives_each_chunk_as_in_process_and_the_caller_works_meanwhile(tm
         results = {n: pool.result(n) for n in [numbers[0], numbers[5], *numbers[1:5], *numbers[6:]]}
     assert pool.stolen >= 1 and not pool.broken
     for n, i in zip(numbers, range(0, len(lines), 200), strict=True):
-        assert results[n] == _expected(lines[i:i + 200])
+        assert _listed(results[n]) == _expected(lines[i:i + 200])
 
 
 def test_a_child_that_dies_costs_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -114,7 +136,7 @@ def test_a_child_that_dies_costs_nothing(tmp_path: Path, caplog: pytest.LogCaptu
         with caplog.at_level("WARNING", logger="stream_dedup"):
             results = [pool.result(n) for n in numbers]
     assert pool.broken and sum("a fingerprint process died" in r.getMessage() for r in caplog.records) == 1
-    assert results == [_expected(lines[i:i + 100]) for i in range(0, 900, 100)]
+    assert [_listed(r) for r in results] == [_expected(lines[i:i + 100]) for i in range(0, 900, 100)]
 
 
 def test_a_chunk_that_raises_in_a_child_raises_in_the_caller(tmp_path: Path) -> None:
@@ -124,8 +146,8 @@ def test_a_chunk_that_raises_in_a_child_raises_in_the_caller(tmp_path: Path) -> 
     with _pool_over(tmp_path, lines) as pool:
         first = pool.submit(0, [len(line) for line in lines[:100]])
         past = pool.submit(10 ** 9, [100])
-        assert pool.result(first) == _expected(lines[:100])
+        assert _listed(pool.result(first)) == _expected(lines[:100])
         with pytest.raises(OSError, match="the input ended"):
             pool.result(past)
         again = pool.submit(0, [len(line) for line in lines[:100]])
-        assert pool.result(again) == _expected(lines[:100]) and not pool.broken
+        assert _listed(pool.result(again)) == _expected(lines[:100]) and not pool.broken

@@ -159,11 +159,11 @@ def test_the_passage_lists_are_rebuilt_from_the_index_when_it_opens(tmp_path: Pa
 
 @pytest.mark.parametrize("common_docs", [0, 2, 50])
 def test_the_joins_of_a_batch_article_are_those_of_one_alone(common_docs: int) -> None:
-    """posting_writes with the anchors' bytes made for the batch (batch._batch_keys: one
-    anchor_bytes call for all its articles, sliced by Builder.prepare) gives what it computes alone:
+    """posting_writes with the anchors' bytes made for the batch (Builder: one anchor_bytes call
+    for all its articles, sliced by Builder.prepare) gives what it computes alone:
     every list empty, some held by matched articles, some common, no anchors at all."""
-    from stream_dedup.batch import Prepared, _batch_keys
-    from stream_dedup.batch_decisions import Builder
+    from stream_dedup.batch import Prepared
+    from stream_dedup.batch_decisions import Builder, _joined
     from stream_dedup.fingerprint import Fingerprint
     from stream_dedup.list_table import MemberLists
 
@@ -173,9 +173,13 @@ def test_the_joins_of_a_batch_article_are_those_of_one_alone(common_docs: int) -
            for n in rng.choice([0, 1, 7, 30], 12)]
     todo = [Prepared(fp, np.zeros(8, dtype=">u2")) for fp in fps]
     signatures = np.stack([p.sig for p in todo])
-    keys, permuted, joined = _batch_keys(todo, _band_table(), _tables(), signatures)
-    builder = Builder(len(todo), list(range(len(todo))), todo, [False] * len(todo), keys, permuted, signatures, joined,
-                      np.full(len(todo), -1, dtype=np.int64))
+    anchors, anchors_at = _joined([fp.anchors for fp in fps], np.uint64)
+    identity, identity_at = _joined([fp.identity for fp in fps], np.uint32)
+    n = len(todo)
+    builder = Builder(n, list(range(n)), [False] * n, _band_table().keys(signatures),
+                      _tables().permute_many(np.zeros(n, dtype=np.uint64)), signatures, np.zeros(n, dtype=np.uint64),
+                      np.ones(n, dtype=np.int64), [fp.exact for fp in fps], [fp.words for fp in fps], identity,
+                      identity_at, anchors, anchors_at, np.full(n, -1, dtype=np.int64))
     for i, p in enumerate(todo):
         builder.prepare(i, p)
     lists = MemberLists(cap=100, slots=64, nodes=64)
