@@ -48,9 +48,9 @@ from .jit import compiling, inline, kernel, trusted
 if compiling():
     from .candidate_rules import verify_candidates, verify_stored
     from .kernels import popcount, record_head
-    from .list_table import table_members
+    from .list_table import prefetch_homes, table_members
     from .record_store import locate
-    from .simhash_table import file_article, lookup_candidates
+    from .simhash_table import file_article, lookup_candidates, prefetch_runs
 
 __all__ = ["STOP_DONE", "STOP_PYTHON", "decide_run"]
 
@@ -344,6 +344,9 @@ def decide_run(start, seq0, rows, keys, permuted, queries, simhashes, sizes, wor
         found = lookup_candidates(slot_keys, slot_head, node_seq, node_next, old_keys, old_head, mirror_seq,
                                   mirror_next, meta, keys[r], fps, tags, seqs, old_fps, old_tags, old_seqs,
                                   permuted[r], masks, simhash_k)
+        if i + 1 < n and rows[i + 1] >= 0:  # the next article's slots loading while this one is verified and filed
+            prefetch_homes(slot_keys, slot_head, old_keys, old_head, meta, keys[rows[i + 1]])
+            prefetch_runs(fps, tags, old_fps, old_tags, permuted[rows[i + 1]], masks)
         m = found.shape[0]
         if m > settings[K_MAX_VERIFY]:
             stop[0] = STOP_PYTHON

@@ -108,13 +108,10 @@ def _probe_run(fps, tags, seqs, t, q, want, mask, max_distance, out, found):
     return out, found
 
 
-@kernel
-def simhash_probe(fps, tags, seqs, old_fps, old_tags, old_seqs, queries, masks, max_distance):
-    """uint32 seqs of the entries within ``max_distance`` bits of ``queries[t]`` in table ``t`` that
-    agree with it on the key bits ``masks[t]`` (an article found in several tables is listed once
-    per table); in the draining table too while the table grows."""
-    found = 0
-    out = np.empty(16, dtype=np.uint32)
+@inline
+def prefetch_runs(fps, tags, old_fps, old_tags, queries, masks):
+    """Start loading the first slot of ``queries[t]``'s run in every table ``t`` (and in the draining
+    table while the table grows): a hint, nothing is read (see :func:`simhash_probe`)."""
     size, old_size = fps.shape[0], old_tags.shape[0]
     for t in range(queries.shape[0]):  # every table's first slot loading at once (see list_table.table_members)
         want = queries[t] & masks[t]
@@ -125,6 +122,16 @@ def simhash_probe(fps, tags, seqs, old_fps, old_tags, old_seqs, queries, masks, 
             h = _home(want, t, old_size)
             prefetch(old_tags, h)
             prefetch(old_fps, h)
+
+
+@kernel
+def simhash_probe(fps, tags, seqs, old_fps, old_tags, old_seqs, queries, masks, max_distance):
+    """uint32 seqs of the entries within ``max_distance`` bits of ``queries[t]`` in table ``t`` that
+    agree with it on the key bits ``masks[t]`` (an article found in several tables is listed once
+    per table); in the draining table too while the table grows."""
+    found = 0
+    out = np.empty(16, dtype=np.uint32)
+    prefetch_runs(fps, tags, old_fps, old_tags, queries, masks)
     for t in range(queries.shape[0]):
         q = queries[t]
         want = q & masks[t]
