@@ -286,7 +286,7 @@ def run_dedup(args: argparse.Namespace) -> int:
             events: list[str] = []  # written together (one write of the batch's events, not one per record)
             for lineno, nbytes, raw, article, error in batch:  # noqa: B007 - lineno: the line written last
                 summary.lines += 1
-                if not raw.strip():
+                if article is None and error is None:  # (a blank line: every other line parsed or failed)
                     summary.blank += 1
                 else:
                     try:
@@ -337,7 +337,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                     nbytes = len(raw)
                     raw = raw.rstrip(b"\r\n")
                     article, error = None, None
-                    if raw.strip() and not parses_elsewhere:
+                    if not parses_elsewhere and raw.strip():
                         try:
                             article = parse_record(raw, config)
                         except (RecordError, UnicodeEncodeError) as err:
