@@ -38,9 +38,9 @@ from .band_table import BandTable, bucket_keys
 from .batch_decisions import _WORD_BYTES, Builder, FiledRun, _joined, decide_all
 from .fingerprint import Fingerprint
 from .fingerprint_batch import FingerprintBatch
-from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64
+from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64, record_writes
 from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
-from .passages import DELETE_PREFIX, NO_ANCHORS
+from .passages import NO_ANCHORS
 from .record_store import _store_put
 from .simhash_table import _file_article
 
@@ -430,48 +430,20 @@ class BatchView:
     def write_records(self, records: list[bytes], ids: list[str], exacts: list[bytes | None], passages: list[bytes],
                       nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
                       receipts: Sequence[bytes | None] | None) -> None:
-        """The writes of packed records (:func:`~stream_dedup.index.record_writes`'s, in one loop), as
-        those of the next seqs in order: ``exacts[i]`` None if article ``i`` is not indexed,
-        ``passages[i]`` its ``D`` value. Not put in the record store: the caller puts them all at once
+        """The writes of packed records (:func:`~stream_dedup.index.record_writes`), as those of the
+        next seqs in order: ``exacts[i]`` None if article ``i`` is not indexed, ``passages[i]`` its
+        ``D`` value. Not put in the record store: the caller puts them all at once
         (:meth:`RecordStore.put_many`) before any is read there."""
-        n = len(records)
-        if not n:
+        if not records:
             return
-        seq0 = self.index.check_seq(self.next_seq + n - 1) - (n - 1)
-        put, cf, tf, known, written = self.batch.put, self.points_family, self.time_family, self.known_points, self.written
-        id_keys, writes = self.id_keys, 0
-        for seq, record, article_id, exact, passage, now in zip(range(seq0, seq0 + n), records, ids, exacts, passages,
-                                                                nows, strict=True):
-            s8 = _u64(seq)
-            s4 = s8[4:]  # (seqs fit 4 bytes: check_seq)
-            key = b"A" + s8
-            put(key, record, cf)
-            known[key] = written[seq] = record
-            key = id_keys.get(article_id) or self.id_key(article_id)
-            put(key, s4, cf)
-            known[key] = s4
-            if exact is not None:
-                key = b"X" + exact
-                put(key, s4, cf)
-                known[key] = s4
-                writes += 1
-            if passage:
-                key = DELETE_PREFIX + s8
-                put(key, passage, cf)
-                known[key] = passage
-                writes += 1
-            put(_u64(int(now * 1000)) + s8, b"", tf)
-        self.next_seq, self.count, self.writes = seq0 + n, self.count + n, self.writes + writes + 3 * n
-        if receipts is not None:
-            for checkpoint, receipt in zip(checkpoints or [None] * n, receipts, strict=True):
-                if checkpoint is not None or receipt is not None:
-                    self.mark(checkpoint, receipt, False)
-        elif checkpoints is not None:  # (what mark puts at the commit: each name's last offset)
-            marks = self.checkpoints
-            for checkpoint in checkpoints:
-                if checkpoint is not None:
-                    marks[checkpoint[0]] = checkpoint[1]
-                    self.writes += 1
+        seq0 = self.next_seq
+        self.index.check_seq(seq0 + len(records) - 1)
+        for k, (record, article_id, exact, passage, now) in enumerate(zip(records, ids, exacts, passages, nows,
+                                                                          strict=True)):
+            seq = seq0 + k
+            points, time_key = record_writes(seq, record, self.id_key(article_id), exact, passage, now)
+            self._apply(seq, points, time_key, checkpoints[k] if checkpoints else None,
+                        receipts[k] if receipts else None)
 
     def _apply(self, seq: int, points: list[tuple[bytes, bytes]], time_key: bytes, checkpoint: tuple[str, int] | None,
                receipt: bytes | None) -> None:

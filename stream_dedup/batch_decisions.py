@@ -246,13 +246,13 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
         root_id = article_id
         rid = b""
         if best >= 0:  # (a match filed in this call: at = -1, its id and root are this call's)
-            _, _, _, _, hits, direction, ham, jaccard, cont, _, _, _, at, length, exact = result[j].tolist()
+            _, _, _, _, hits, direction, ham, jaccard, cont, _, _, _, at, length, is_exact = result[j].tolist()
             if at < 0:
                 k = int(best) - seq0
                 matched_id, root_id = ids[start + k], roots[k]
             else:
                 matched_id, root_id = ids_of(held[int(at):int(at + length)])
-            if exact:  # (Deduplicator._decide's exact duplicate)
+            if is_exact:  # (Deduplicator._decide's exact duplicate)
                 decision = exact_copy(article_id, int(ham), matched_id, root_id)
                 stored = stored_decision.encode_decision(decision, article_id, root_id)
             else:  # (its stored form from the same numbers: the same bytes, made faster)

@@ -149,11 +149,9 @@ class Deduplicator(PythonRules):
         arrays, and from the bucket keys made with it (:class:`stream_dedup.batch.KeyMaker`).
         """
         ids = list(ids)
-        if isinstance(fingerprints, FingerprintBatch):  # (decided from its arrays when they are all asked for)
-            every = list(range(len(ids)))
-            return self._batch(ids, lambda at: fingerprints if at == every else [fingerprints[i] for i in at], now,
-                               checkpoints, receipts)
-        return self._batch(ids, lambda at: [fingerprints[i] for i in at], now, checkpoints, receipts)
+        as_batch = isinstance(fingerprints, FingerprintBatch)  # (decided from its arrays when all are asked for)
+        return self._batch(ids, lambda at: fingerprints if as_batch and len(at) == len(ids)
+                           else [fingerprints[i] for i in at], now, checkpoints, receipts)
 
     def receipt(self, token: bytes) -> tuple[int, bool] | None:
         """``(checkpoint offset, replayed)`` of the delivery ``token`` if it was decided, else None.

@@ -112,7 +112,8 @@ class FingerprintBatch:
         """Text ``i``'s fingerprint (arrays: views of the batch's)."""
         if i in self.whole:
             return self.whole[i]
-        (a0, w0, i0), (a1, w1, i1) = self.starts()[i:i + 2].tolist()
+        a0, w0, i0 = self.ends[i - 1].tolist() if i else (0, 0, 0)
+        a1, w1, i1 = self.ends[i].tolist()
         return Fingerprint(minhash=self.minhash[i], simhash=int(self.simhash[i]), exact=self.exact[16 * i:16 * i + 16],
                            n_shingles=int(self.n_shingles[i]), anchors=self.anchors[a0:a1],
                            words=self.words[w0:w1] if w1 > w0 else NO_WORDS, identity=self.identity[i0:i1])
