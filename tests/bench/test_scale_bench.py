@@ -42,3 +42,30 @@ def test_scale_bench_feeds_chunks_and_measures_a_reference_around_each(tmp_path:
     assert "tenths within 20 % of the first tenth: records/s" in proc.stdout
     assert "the deciding thread's CPU per record" in proc.stdout
     assert all(t["deciding_thread_cpu_ms_per_record"] > 0 for t in result["tenths"])
+
+
+def test_scale_bench_runs_twice_and_judges_each_chunk_by_its_best_run(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "news_stream.jsonl").write_bytes(b"".join(SAMPLE.read_bytes().splitlines(keepends=True)[:60]))
+    out, kept = tmp_path / "scale.json", tmp_path / "kept"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "scale.py"), "--data", str(data),
+                           "--stream", str(tmp_path / "stream.jsonl"), "--articles", "120", "--chunk", "60",
+                           "--reference", "20", "--runs", "2", "--keep-state", str(kept), "--json", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert len(result["runs"]) == 2
+    assert result["stats"] == result["runs"][-1]["stats"]  # the top level: the last run's, as with one run
+    best = result["best_of_runs"]
+    assert [c["lines"] for c in best["chunks"]] == [60, 120]
+    for k, chunk in enumerate(best["chunks"]):
+        rates = [60 / (r["stats"][k]["busy_seconds"]) for r in result["runs"]]
+        assert chunk["rates"] == rates and chunk["best"] == max(rates)
+        assert chunk["best_over_reference"] == max(
+            rate / r["stats"][k]["reference_rate"] for rate, r in zip(rates, result["runs"], strict=True))
+    flat = best["chunks"][1]["best"] >= 0.8 * best["chunks"][0]["best"]
+    assert best["flat"] is flat
+    assert "each chunk's best of 2 runs" in proc.stdout and "### run 2 of 2" in proc.stdout
+    assert (kept / "CURRENT").exists()  # the last run's index is the one kept
+    assert not list(tmp_path.glob("*.events.jsonl")) or (tmp_path / "kept.events.jsonl").exists()
