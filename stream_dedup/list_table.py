@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import compiling, inline, kernel, trusted
-from .next_arrays import NextArrays
+from .next_arrays import NextArrays, headroom
 
 if compiling():
     from .addresses import prefetch
@@ -433,7 +433,9 @@ class MemberLists:
         else:
             if self._next_nodes is None and meta.item(1) + nodes > PREPARE_NODES * self.node_seq.shape[0]:
                 n = grown_size(self.node_seq.shape[0], meta.item(1) + nodes, PREPARE_NODES, GROWTH)
-                self._next_nodes = NextArrays(n, (np.uint32, 0), (np.int32, 0))  # (written on a thread)
+                # (written on a thread, paced by the nodes used towards the current arrays' end)
+                self._next_nodes = NextArrays(n, (np.uint32, 0), (np.int32, 0),
+                                              pace=headroom(meta, 1, self.node_seq.shape[0]))
             # copied into once written (unless the nodes run out first: then wait for them)
             if self._next_nodes is not None \
                     and self._next_nodes.ready(wait=meta.item(1) + nodes > self.node_seq.shape[0]):
@@ -458,7 +460,7 @@ class MemberLists:
             # (the same size if emptied lists made the load)
             new = grown_size(size, meta.item(4) + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size,
                              MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
-            self._next = NextArrays(new, (np.uint64, EMPTY), (np.int32, -1))
+            self._next = NextArrays(new, (np.uint64, EMPTY), (np.int32, -1), pace=headroom(meta, 0, MAX_LOAD * size))
         # (installed once its thread has written it; an add that would pass MAX_LOAD meanwhile waits for it)
         if self._next is not None and self._next.ready(wait=full):
             self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)

@@ -36,7 +36,7 @@ if compiling():
     from .addresses import prefetch
     from .kernels import distinct_union
     from .list_table import table_add, table_members
-from .next_arrays import NextArrays
+from .next_arrays import NextArrays, headroom
 
 FREE = 0
 REMOVED = 255
@@ -277,7 +277,8 @@ class SimhashTable:
             # (the same size if removals made the load)
             new = grown_size(size, meta.item(1) + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MAX_LOAD / GROWTH, GROWTH)
             # (fps zeroed now, every page touched a chunk per add, not by the migration's scattered writes)
-            self._next = NextArrays(new, (np.uint64, 0), (np.uint8, FREE), (np.uint32, 0))
+            self._next = NextArrays(new, (np.uint64, 0), (np.uint8, FREE), (np.uint32, 0),
+                                    pace=headroom(meta, 0, MAX_LOAD * size))
         # (installed once its thread has written it; an add that would pass MAX_LOAD meanwhile waits for it)
         if self._next is not None and self._next.ready(wait=full):
             self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)

@@ -56,6 +56,51 @@ def test_small_next_arrays_are_filled_at_once_and_a_cancelled_fill_stops() -> No
     assert not big.ready(wait=True) and big.filled < big.size  # (stopped within a chunk or two)
 
 
+def test_a_paced_fill_keeps_ahead_of_the_table_and_a_wait_lifts_the_pacing() -> None:
+    """The thread fills no more than HEAD_START + AHEAD x the table's progress (a chunk over at
+    most), goes on as the table progresses, and a caller that waits gets every element at once."""
+    import time
+
+    chunk = next_arrays.FILL_CHUNK
+    size = 40 * chunk
+    progress = [0.0]
+    nxt = next_arrays.NextArrays(size, (np.uint64, 3), pace=lambda: progress[0])
+
+    def settled(limit: float) -> int:
+        """The elements filled once the thread has stopped at its pace (it waits for the table)."""
+        deadline = time.monotonic() + 30
+        last = -1
+        while time.monotonic() < deadline:
+            now = nxt.filled
+            if now == last and now >= min(size, limit * size):
+                return now
+            last = now
+            time.sleep(0.2)
+        return nxt.filled
+
+    first = settled(next_arrays.HEAD_START)
+    assert next_arrays.HEAD_START * size <= first <= next_arrays.HEAD_START * size + chunk
+    assert not nxt.ready()
+    progress[0] = 0.2  # (the table took a fifth of the adds it can take before it needs the arrays)
+    second = settled(next_arrays.HEAD_START + next_arrays.AHEAD * 0.2)
+    assert first < second <= (next_arrays.HEAD_START + next_arrays.AHEAD * 0.2) * size + chunk
+    assert not nxt.ready()
+    assert nxt.ready(wait=True)  # (the table is full: it waits, and the rest is filled flat out)
+    assert nxt.filled == size and (nxt.arrays[0] == 3).all()
+
+
+def test_a_table_paces_its_next_arrays_by_its_own_load() -> None:
+    """headroom(): the share of the way from the slots used when the growth began to the most the
+    table may use, read from the table's meta when asked."""
+    meta = np.array([700, 5], dtype=np.int64)
+    used = next_arrays.headroom(meta, 0, 800.0)
+    assert used() == 0.0
+    meta[0] = 750
+    assert used() == 0.5
+    meta[0] = 800
+    assert used() == 1.0
+
+
 @pytest.mark.parametrize("threaded", [True, False])
 def test_tables_grown_with_and_without_the_thread_hold_the_same(monkeypatch: pytest.MonkeyPatch,
                                                                 threaded: bool) -> None:
