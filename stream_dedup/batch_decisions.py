@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import decide_kernel as _k
 from . import rewrite, stored_decision
-from .decide_kernel import R_BEST, R_CANDIDATES, R_COLUMNS, R_INDEXED, R_JOINS, R_TEMPLATE, _decide_run
+from .decide_kernel import R_COLUMNS, R_INDEXED, R_JOINS, _decide_run
 from .decision import Decision, exact_copy, look_alike, verified
 from .index import _MAX_SEQ
 from .index_record import _LENGTHS, _RECORD, _pack_parts
@@ -37,7 +38,10 @@ __all__ = ["Builder", "FiledRun", "decide_all"]
 
 _WORD_BYTES = rewrite.WORD_BITS // 8
 _RECORD_HEAD, _LENGTH_BYTES = _RECORD.size, _LENGTHS.size  # (a record's bytes before its signature, its lengths)
-_HEAD_COLUMNS = [R_CANDIDATES, R_BEST, R_TEMPLATE, R_INDEXED, R_JOINS]  # (read for every article by _written)
+# (_written unpacks each article's row of the result in this order)
+assert (_k.R_CANDIDATES, _k.R_BEST, _k.R_TEMPLATE, _k.R_AGREED, _k.R_HITS, _k.R_DIRECTION, _k.R_HAMMING, _k.R_JACCARD,
+        _k.R_CONTAINMENT, _k.R_TEMPLATE_JACCARD, _k.R_INDEXED, _k.R_JOINS, _k.R_AT, _k.R_LENGTH, _k.R_EXACT) \
+    == tuple(range(R_COLUMNS))
 _NEW_STORED: dict[int, bytes] = {}  # candidates -> the stored form of a new article's decision without a look-alike
 
 
@@ -82,6 +86,7 @@ class Builder:
         self.identity_ends: list[int] = (4 * self.identity_at).tolist()
         self.anchors = np.ascontiguousarray(anchors, dtype=np.uint64)
         self.anchors_at = np.ascontiguousarray(anchors_at, dtype=np.int64)
+        self.anchors_at_of: list[int] = self.anchors_at.tolist()  # (Python ints: read per article)
         self.anchor_count: list[int] = np.diff(self.anchors_at).tolist()
         self.all_anchor_bytes = anchor_bytes(self.anchors)
         # (room for each row's provisional record: decide_kernel._write_provisional)
@@ -237,16 +242,15 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
     simhash_of, size_of, exact_of, words_of, anchor_count = (builder.simhash_of, builder.size_of, builder.exact_of,
                                                              builder.words_of, builder.anchor_count)
     roots: list[str] = []  # (the root of each article of the call: a match filed in the same call, at = -1)
-    result = builder.result
-    # (the columns every article needs, as Python numbers; a match's or a look-alike's others from its row)
-    for j, (candidates, best, template, indexed, joins) in zip(
-            range(start, stop), result[start:stop, _HEAD_COLUMNS].tolist(), strict=True):
+    anchors_at, all_anchors = builder.anchors_at_of, builder.all_anchor_bytes
+    # (every article's row of numbers as Python numbers, in one call)
+    for j, (candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, indexed,
+            joins, at, length, is_exact) in zip(range(start, stop), builder.result[start:stop].tolist(), strict=True):
         article_id = ids[j]
         r = rows[j]
         root_id = article_id
         rid = b""
         if best >= 0:  # (a match filed in this call: at = -1, its id and root are this call's)
-            _, _, _, _, hits, direction, ham, jaccard, cont, _, _, _, at, length, is_exact = result[j].tolist()
             if at < 0:
                 k = int(best) - seq0
                 matched_id, root_id = ids[start + k], roots[k]
@@ -263,7 +267,6 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
             if root_id != article_id:
                 rid = root_id.encode("utf-8", "surrogatepass")
         elif template >= 0:
-            _, _, _, agreed, _, _, _, _, _, template_jaccard, _, _, at, length, _ = result[j].tolist()
             template_id = ids[start + int(template) - seq0] if at < 0 else ids_of(held[int(at):int(at + length)])[0]
             decision = look_alike(article_id, template_jaccard, int(candidates), template_id, agreed)
             stored = stored_decision.encode_decision(decision, article_id, root_id)
@@ -280,7 +283,12 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
                              words_of[r] if indexed else rewrite.NO_WORDS, stored)
         records.append(record)
         exacts.append(exact if indexed else None)
-        passages.append(builder.joins(j)[1] if joins else b"")
+        if not joins:
+            passages.append(b"")
+        elif joins == anchor_count[r]:  # (all of its anchors' lists: most new articles)
+            passages.append(all_anchors[ANCHOR_BYTES * anchors_at[r]:ANCHOR_BYTES * anchors_at[r + 1]])
+        else:
+            passages.append(builder.joins(j)[1])
         out.append(decision)
         roots.append(root_id)
     view.write_records(records, ids[start:stop], exacts, passages, nows[start:stop],
