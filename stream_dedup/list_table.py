@@ -433,9 +433,9 @@ class MemberLists:
         else:
             if self._next_nodes is None and meta.item(1) + nodes > PREPARE_NODES * self.node_seq.shape[0]:
                 n = grown_size(self.node_seq.shape[0], meta.item(1) + nodes, PREPARE_NODES, GROWTH)
-                # (written on a thread flat out, not paced as the slots' are: once written, the nodes
-                # are still to be copied into them within the same headroom, COPY_PER_ENTRY per entry)
-                self._next_nodes = NextArrays(n, (np.uint32, 0), (np.int32, 0))
+                # (written on a thread, paced by the nodes used towards the current arrays' end)
+                self._next_nodes = NextArrays(n, (np.uint32, 0), (np.int32, 0),
+                                              pace=headroom(meta, 1, self.node_seq.shape[0]))
             # copied into once written (unless the nodes run out first: then wait for them)
             if self._next_nodes is not None \
                     and self._next_nodes.ready(wait=meta.item(1) + nodes > self.node_seq.shape[0]):

@@ -18,18 +18,15 @@ that faulted them in with ``madvise(MADV_POPULATE_WRITE)``; that thread needed t
 1 MB calls and fell behind a busy decision loop, so the adds took most faults themselves: the
 growth's ~1.5 s fell in one 20,000-article chunk of ``bench/scale.py`` (that chunk ~22 % slower).
 
-A table's next slots are filled at the table's pace, set by its progress towards needing them
-(``headroom``: the share of the adds between the start of the growth and the load at which the
-table cannot take more, used so far): the thread keeps its share of the arrays filled
-:data:`AHEAD` times ahead of that share (plus :data:`HEAD_START`), so the whole fill is spread
-over the first half of the adds the
+The thread is paced by the table's own progress towards needing the arrays (``headroom``: the
+share of the adds between the start of the growth and the load at which the table cannot take
+more, used so far): it keeps its share of the arrays filled :data:`AHEAD` times ahead of that
+share (plus :data:`HEAD_START`), so the whole fill is spread over the first half of the adds the
 table can still take, instead of taking ~1-2 s of a core and of the memory bus at once. (Filled
 flat out, the passage lists' 360 MB of next slots near 780,000 articles of ``bench/scale.py`` took
 1.1 s of the second core, RocksDB's compaction the rest of it, and the deciding thread's CPU per
 record rose 30 % in that 20,000-article chunk.) A caller that waits for the arrays
-(:meth:`NextArrays.ready` with ``wait``) lifts the pacing: the rest is filled flat out. A list
-table's node arrays are not paced (they are still to be copied into once written, within the
-same headroom).
+(:meth:`NextArrays.ready` with ``wait``) lifts the pacing: the rest is filled flat out.
 
 ``STREAM_DEDUP_NO_PREFAULT=1`` fills them in the caller instead, :data:`FILL_CHUNK` elements per
 add (``bench/table_growth.py`` compares the two; the tests step through a growth so).
