@@ -433,7 +433,11 @@ class MemberLists:
         else:
             if self._next_nodes is None and meta.item(1) + nodes > PREPARE_NODES * self.node_seq.shape[0]:
                 n = grown_size(self.node_seq.shape[0], meta.item(1) + nodes, PREPARE_NODES, GROWTH)
-                # (written on a thread, paced by the nodes used towards the current arrays' end)
+                # (written on a thread, paced by the nodes used towards the current arrays' end: done
+                # with about half the headroom left, 7.5 % of the nodes; copying all nodes then takes
+                # 1 / COPY_PER_ENTRY = 8.3 % of them in entries, and most entries take no node (new
+                # single-member lists), so the copy ends first. bench/scale.py: the chunk of a node
+                # growth ran slower with these filled flat out, f50d668, reverted)
                 self._next_nodes = NextArrays(n, (np.uint32, 0), (np.int32, 0),
                                               pace=headroom(meta, 1, self.node_seq.shape[0]))
             # copied into once written (unless the nodes run out first: then wait for them)
