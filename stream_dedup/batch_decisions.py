@@ -137,17 +137,23 @@ class Builder:
 
     def _anchor_bytes(self, r: int) -> bytes:
         """The bytes of all the anchors of row ``r`` (:func:`stream_dedup.passages.anchor_bytes`)."""
-        return self.all_anchor_bytes[ANCHOR_BYTES * self.anchors_at[r]:ANCHOR_BYTES * self.anchors_at[r + 1]]
+        at = self.anchors_at_of
+        return self.all_anchor_bytes[ANCHOR_BYTES * at[r]:ANCHOR_BYTES * at[r + 1]]
 
     def joins(self, i: int) -> tuple[np.ndarray, bytes]:
         """The anchors whose passage lists article ``i`` joined (:func:`~stream_dedup.decide_kernel.decide_run` left ``R_JOINS``
         of them) and its ``D`` value (:func:`stream_dedup.passages.posting_writes`)."""
-        r = self.rows[i]
-        a0, a1 = self.anchors_at[r], self.anchors_at[r + 1]
+        r = self.row_of[i]
+        a0, a1 = self.anchors_at_of[r], self.anchors_at_of[r + 1]
         if int(self.result[i, R_JOINS]) == a1 - a0:  # all of them (most new articles)
             return self.anchors[a0:a1], self._anchor_bytes(r)
         adds = self.anchors[a0:a1][self.joined[a0:a1].view(np.bool_)]
         return adds, anchor_bytes(adds)
+
+    def joined_bytes(self, i: int, r: int, joins: float) -> bytes:
+        """:meth:`joins`' ``D`` value of article ``i`` (row ``r``, ``joins`` lists joined), without
+        the anchors' array when it joined all of its anchors' lists (most new articles)."""
+        return self._anchor_bytes(r) if joins == self.anchor_count[r] else self.joins(i)[1]
 
 
 def _joined(parts: list[np.ndarray], dtype: type) -> tuple[np.ndarray, np.ndarray]:
@@ -242,7 +248,6 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
     simhash_of, size_of, exact_of, words_of, anchor_count = (builder.simhash_of, builder.size_of, builder.exact_of,
                                                              builder.words_of, builder.anchor_count)
     roots: list[str] = []  # (the root of each article of the call: a match filed in the same call, at = -1)
-    anchors_at, all_anchors = builder.anchors_at_of, builder.all_anchor_bytes
     # (every article's row of numbers as Python numbers, in one call)
     for j, (candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, indexed,
             joins, at, length, is_exact) in zip(range(start, stop), builder.result[start:stop].tolist(), strict=True):
@@ -283,12 +288,7 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
                              words_of[r] if indexed else rewrite.NO_WORDS, stored)
         records.append(record)
         exacts.append(exact if indexed else None)
-        if not joins:
-            passages.append(b"")
-        elif joins == anchor_count[r]:  # (all of its anchors' lists: most new articles)
-            passages.append(all_anchors[ANCHOR_BYTES * anchors_at[r]:ANCHOR_BYTES * anchors_at[r + 1]])
-        else:
-            passages.append(builder.joins(j)[1])
+        passages.append(builder.joined_bytes(j, r, joins) if joins else b"")
         out.append(decision)
         roots.append(root_id)
     view.write_records(records, ids[start:stop], exacts, passages, nows[start:stop],

@@ -68,4 +68,5 @@ def test_scale_bench_runs_twice_and_judges_each_chunk_by_its_best_run(tmp_path: 
     assert best["flat"] is flat
     assert "each chunk's best of 2 runs" in proc.stdout and "### run 2 of 2" in proc.stdout
     assert (kept / "CURRENT").exists()  # the last run's index is the one kept
-    assert not list(tmp_path.glob("*.events.jsonl")) or (tmp_path / "kept.events.jsonl").exists()
+    # (the kept run's events beside its index; the first run's went with its temporary index)
+    assert [p.name for p in tmp_path.glob("*.events.jsonl")] == ["kept.events.jsonl"]
