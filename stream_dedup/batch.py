@@ -433,7 +433,7 @@ class BatchView:
         """The writes of packed records (:func:`~stream_dedup.index.record_writes`), as those of the
         next seqs in order: ``exacts[i]`` None if article ``i`` is not indexed, ``passages[i]`` its
         ``D`` value. Not put in the record store: the caller puts them all at once
-        (:meth:`RecordStore.put_many`) before any is read there."""
+        (:meth:`RecordStore.put_packed`) before any is read there."""
         if not records:
             return
         seq0 = self.next_seq

@@ -3,10 +3,11 @@ made once for the batch (:class:`Builder`), the loop run as far as it goes, each
 decided by :meth:`Deduplicator._decide <stream_dedup.engine.Deduplicator._decide>`, and the
 decisions the loop left built and written (:func:`decide_all`).
 
-Python builds each :class:`~stream_dedup.decision.Decision` from the numbers the loop left, packs
-its record from the batch's signature and identity bytes, writes it into the batch
-(:meth:`BatchView.write_records <stream_dedup.batch.BatchView.write_records>`, a run's at once) and puts a run's
-records in the record store in one call; what the loop filed is noted once per run
+Python builds each :class:`~stream_dedup.decision.Decision` from the numbers the loop left; a
+run's records are made in one compiled call (:func:`stream_dedup.record_kernel.pack_run`, which
+also makes the stored decisions of new articles and verified duplicates), written into the batch
+(:meth:`BatchView.write_records <stream_dedup.batch.BatchView.write_records>`) and put in the record
+store, each at once; what the loop filed is noted once per run
 (:class:`FiledRun`), for a rollback. ``tests/engine/test_batch_decisions.py`` compares the
 decisions and the whole index with those of one-by-one decisions.
 """
@@ -21,11 +22,24 @@ import numpy as np
 
 from . import decide_kernel as _k
 from . import rewrite, stored_decision
-from .decide_kernel import R_COLUMNS, R_INDEXED, R_JOINS, _decide_run
+from .decide_kernel import (
+    R_BEST,
+    R_COLUMNS,
+    R_CONTAINMENT,
+    R_DIRECTION,
+    R_EXACT,
+    R_HITS,
+    R_INDEXED,
+    R_JACCARD,
+    R_JOINS,
+    _decide_run,
+)
 from .decision import Decision, exact_copy, look_alike, verified
 from .index import _MAX_SEQ
-from .index_record import _LENGTHS, _RECORD, _pack_parts
+from .index_record import _LENGTHS, _RECORD
 from .passages import ANCHOR_BYTES, anchor_bytes
+from .record_kernel import _pack_run
+from .stored_decision import NEW_HEAD, VERIFIED_HEADS
 
 if TYPE_CHECKING:
     from .band_table import BandTable
@@ -42,7 +56,9 @@ _RECORD_HEAD, _LENGTH_BYTES = _RECORD.size, _LENGTHS.size  # (a record's bytes b
 assert (_k.R_CANDIDATES, _k.R_BEST, _k.R_TEMPLATE, _k.R_AGREED, _k.R_HITS, _k.R_DIRECTION, _k.R_HAMMING, _k.R_JACCARD,
         _k.R_CONTAINMENT, _k.R_TEMPLATE_JACCARD, _k.R_INDEXED, _k.R_JOINS, _k.R_AT, _k.R_LENGTH, _k.R_EXACT) \
     == tuple(range(R_COLUMNS))
-_NEW_STORED: dict[int, bytes] = {}  # candidates -> the stored form of a new article's decision without a look-alike
+_SCALE = 10000  # (stored_decision: a fraction is stored as k / 10000)
+_EXACT_BYTES = 16  # (the exact hash's bytes in a record)
+assert _RECORD.format.endswith(f"{_EXACT_BYTES}s")
 
 
 class Builder:
@@ -74,6 +90,10 @@ class Builder:
         self.simhash_of: list[int] = self.simhashes.tolist()
         self.size_of: list[int] = self.sizes.tolist()
         self.exact_of, self.words_of = exacts, words
+        joined = b"".join(exacts)
+        if len(joined) != _EXACT_BYTES * m:  # (as struct packs "16s": padded with zeros or cut)
+            joined = b"".join(e[:_EXACT_BYTES].ljust(_EXACT_BYTES, b"\0") for e in exacts)
+        self.exacts = np.frombuffer(joined, dtype=np.uint8).reshape(m, _EXACT_BYTES)
         self.has_words = np.array([len(w) == _WORD_BYTES for w in words], dtype=np.bool_)
         self.words = np.zeros((m, _WORD_BYTES), dtype=np.uint8)
         if self.has_words.any():
@@ -149,6 +169,26 @@ class Builder:
             return self.anchors[a0:a1], self._anchor_bytes(r)
         adds = self.anchors[a0:a1][self.joined[a0:a1].view(np.bool_)]
         return adds, anchor_bytes(adds)
+
+    def pack(self, start: int, stop: int, seq0: int, nows: Sequence[float], ids: list[str], given: list[bytes],
+             store: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The records of articles ``start:stop`` (seqs from ``seq0``; ``ids`` theirs) end to end, and
+        where each ends (:func:`~stream_dedup.record_kernel.pack_run`; ``given``: the stored decisions
+        Python made, empty for those made there; ``store``: the record store's buffer)."""
+        encoded = [i.encode("utf-8", "surrogatepass") for i in ids]
+        id_at = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, encoded), np.int64, len(ids)), out=id_at[1:])
+        given_at = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, given), np.int64, len(ids)), out=given_at[1:])
+        first_seen = np.array(nows[start:stop], dtype=np.float64).view(np.uint64)
+        ends = np.zeros(len(ids), dtype=np.int64)
+        records = _pack_run(self.result, start, stop, seq0, self.rows, first_seen, self.simhashes, self.sizes,
+                            self.exacts, self.signature_u8, self.signature_size, self.identity_u8, self.identity_at,
+                            self.anchors_at, self.words, self.has_words,
+                            np.frombuffer(b"".join(encoded), dtype=np.uint8), id_at,
+                            np.frombuffer(b"".join(given), dtype=np.uint8), given_at, VERIFIED_HEADS, NEW_HEAD, store,
+                            ends)
+        return records, ends
 
     def joined_bytes(self, i: int, r: int, joins: float) -> bytes:
         """:meth:`joins`' ``D`` value of article ``i`` (row ``r``, ``joins`` lists joined), without
@@ -232,66 +272,75 @@ class FiledRun:
 def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[str], start: int, stop: int,
              nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
              receipts: Sequence[bytes | None] | None) -> list[Decision]:
-    """The decisions :func:`~stream_dedup.decide_kernel.decide_run` left for articles ``start:stop``, their records written
-    (:meth:`BatchView.write_records`, then the record store's, each in one call) in order."""
+    """The decisions :func:`~stream_dedup.decide_kernel.decide_run` left for articles ``start:stop``, their records
+    made in one compiled call (:func:`~stream_dedup.record_kernel.pack_run`) and written
+    (:meth:`BatchView.write_records`, then the record store's :meth:`~stream_dedup.record_store.RecordStore.put_packed`)."""
+    if stop == start:
+        return []
     out = []
-    records: list[bytes] = []
     exacts: list[bytes | None] = []  # (None: not indexed)
     passages: list[bytes] = []
     seq0 = view.next_seq
+    n = stop - start
     # (the ids of the matched article and of a look-alike's template are read in the record store
     # where the call found their records: nothing is put in it before this function's end)
     ids_of, held = engine.index.ids, view.index.record_store.view
     rows = builder.row_of
-    signatures, size, identities, identity_at = (builder.signature_bytes, builder.signature_size,
-                                                 builder.identity_bytes, builder.identity_ends)
-    simhash_of, size_of, exact_of, words_of, anchor_count = (builder.simhash_of, builder.size_of, builder.exact_of,
-                                                             builder.words_of, builder.anchor_count)
+    exact_of = builder.exact_of
+    run_ids = ids[start:stop]
+    given: list[bytes] = [b""] * n  # (the stored decisions Python makes: the rest are made compiled)
     roots: list[str] = []  # (the root of each article of the call: a match filed in the same call, at = -1)
     # (every article's row of numbers as Python numbers, in one call)
-    for j, (candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, indexed,
-            joins, at, length, is_exact) in zip(range(start, stop), builder.result[start:stop].tolist(), strict=True):
-        article_id = ids[j]
-        r = rows[j]
+    for k, (candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, indexed,
+            joins, at, length, is_exact) in enumerate(builder.result[start:stop].tolist()):
+        article_id = run_ids[k]
+        r = rows[start + k]
         root_id = article_id
-        rid = b""
         if best >= 0:  # (a match filed in this call: at = -1, its id and root are this call's)
             if at < 0:
-                k = int(best) - seq0
-                matched_id, root_id = ids[start + k], roots[k]
+                m = int(best) - seq0
+                matched_id, root_id = run_ids[m], roots[m]
             else:
                 matched_id, root_id = ids_of(held[int(at):int(at + length)])
             if is_exact:  # (Deduplicator._decide's exact duplicate)
                 decision = exact_copy(article_id, int(ham), matched_id, root_id)
-                stored = stored_decision.encode_decision(decision, article_id, root_id)
-            else:  # (its stored form from the same numbers: the same bytes, made faster)
-                hits, direction, ham, k = int(hits), int(direction), int(ham), int(candidates)
-                decision = verified(article_id, hits, direction, ham, jaccard, cont, matched_id, root_id, k)
-                stored = stored_decision.encode_verified(hits, direction, ham, jaccard, cont, k, matched_id,
-                                                         article_id, root_id)
-            if root_id != article_id:
-                rid = root_id.encode("utf-8", "surrogatepass")
+                given[k] = stored_decision.encode_decision(decision, article_id, root_id)
+            else:
+                decision = verified(article_id, hits, direction, ham, jaccard, cont, matched_id, root_id,
+                                    int(candidates))
         elif template >= 0:
-            template_id = ids[start + int(template) - seq0] if at < 0 else ids_of(held[int(at):int(at + length)])[0]
+            template_id = run_ids[int(template) - seq0] if at < 0 else ids_of(held[int(at):int(at + length)])[0]
             decision = look_alike(article_id, template_jaccard, int(candidates), template_id, agreed)
-            stored = stored_decision.encode_decision(decision, article_id, root_id)
-        else:  # (new, no look-alike: its stored form depends on the count alone, made once per count)
-            k = int(candidates)
-            decision = Decision(id=article_id, type="new", candidates=k)
-            stored = _NEW_STORED.get(k)  # type: ignore[assignment]
-            if stored is None:
-                stored = _NEW_STORED[k] = stored_decision.encode_decision(decision, article_id, root_id)
-        exact = exact_of[r]
-        record = _pack_parts(nows[j], simhash_of[r], size_of[r], indexed, exact, signatures[r * size:(r + 1) * size],
-                             article_id.encode("utf-8", "surrogatepass"), rid,
-                             identities[identity_at[r]:identity_at[r + 1]], anchor_count[r],
-                             words_of[r] if indexed else rewrite.NO_WORDS, stored)
-        records.append(record)
-        exacts.append(exact if indexed else None)
-        passages.append(builder.joined_bytes(j, r, joins) if joins else b"")
+            given[k] = stored_decision.encode_decision(decision, article_id, root_id)
+        else:
+            decision = Decision(id=article_id, type="new", candidates=int(candidates))
+        exacts.append(exact_of[r] if indexed else None)
+        passages.append(builder.joined_bytes(start + k, r, joins) if joins else b"")
         out.append(decision)
         roots.append(root_id)
-    view.write_records(records, ids[start:stop], exacts, passages, nows[start:stop],
-                       checkpoints[start:stop] if checkpoints else None, receipts[start:stop] if receipts else None)
-    view.index.record_store.put_many(seq0, records)
+    for k in _not_compact(builder.result[start:stop]):  # (stored as encode_verified does: JSON)
+        d = out[k]
+        given[k] = stored_decision.encode_decision(d, d.id, roots[k])
+    records, ends = builder.pack(start, stop, seq0, nows, run_ids, given, view.index.record_store.buf)
+    data, at_end = records.tobytes(), ends.tolist()
+    view.write_records([data[a:b] for a, b in zip([0, *at_end[:-1]], at_end, strict=True)], run_ids, exacts, passages,
+                       nows[start:stop], checkpoints[start:stop] if checkpoints else None,
+                       receipts[start:stop] if receipts else None)
+    view.index.record_store.put_packed(seq0, records, ends)
     return out
+
+
+def _not_compact(result: np.ndarray) -> list[int]:
+    """The verified duplicates among ``result``'s rows whose stored form the compact form cannot hold
+    (:func:`stream_dedup.stored_decision.encode_verified`: rule bits 1-15, a direction code 0-2,
+    Jaccard and containment ``k / 10000`` exactly, not -0.0): Python stores them (as JSON)."""
+    dup = (result[:, R_BEST] >= 0) & (result[:, R_EXACT] == 0)
+    if not dup.any():
+        return []
+    ok = (result[:, R_HITS] >= 1) & (result[:, R_HITS] <= 15) & (result[:, R_DIRECTION] >= 0) \
+        & (result[:, R_DIRECTION] <= 2)
+    for column in (R_JACCARD, R_CONTAINMENT):
+        v = result[:, column]
+        with np.errstate(invalid="ignore"):
+            ok &= (v >= 0.0) & (v <= 1.0) & (np.round(v * _SCALE) / _SCALE == v) & ~((v == 0.0) & np.signbit(v))
+    return np.flatnonzero(dup & ~ok).tolist()

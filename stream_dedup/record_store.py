@@ -217,9 +217,14 @@ class RecordStore:
     def put_many(self, seq0: int, records: list[bytes]) -> None:
         """:meth:`put` of ``records`` as those of ``seq0``, ``seq0 + 1``, ... in one call."""
         if records:
-            ends = np.fromiter(map(len, records), np.int64, len(records)).cumsum()
-            _store_put_many(self.buf, self.keys, self.vals, self.meta, seq0,
-                            np.frombuffer(b"".join(records), dtype=np.uint8), ends)
+            self.put_packed(seq0, np.frombuffer(b"".join(records), dtype=np.uint8),
+                            np.fromiter(map(len, records), np.int64, len(records)).cumsum())
+
+    def put_packed(self, seq0: int, records: np.ndarray, ends: np.ndarray) -> None:
+        """:meth:`put_many` of records already end to end (uint8), record ``i`` ending at ``ends[i]``
+        (int64: :func:`stream_dedup.record_kernel.pack_run`'s)."""
+        if ends.shape[0]:
+            _store_put_many(self.buf, self.keys, self.vals, self.meta, seq0, records, ends)
 
     def delete(self, seq: int) -> bool:
         return bool(_store_delete(self.keys, self.vals, self.meta, seq))

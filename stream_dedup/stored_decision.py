@@ -39,6 +39,7 @@ from itertools import combinations
 from math import copysign
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 
 from .decision import _DIRECTIONS as _DIRECTION_OF_CODE
@@ -47,7 +48,7 @@ from .decision import _METHODS_OF_HITS, _STORED_FIELDS, METHODS, verified
 if TYPE_CHECKING:
     from .decision import Decision
 
-__all__ = ["TAG", "decode", "encode", "encode_decision", "encode_verified"]
+__all__ = ["NEW_HEAD", "TAG", "VERIFIED_HEADS", "decode", "encode", "encode_decision", "encode_verified"]
 
 TAG = 0x01
 _N = len(_STORED_FIELDS)  # 12
@@ -329,3 +330,8 @@ def _read_string(data: bytes, pos: int, article_id: str, root_id: str, prev: str
 
 #: the header bits of a verified duplicate (:func:`encode_verified`), by its rule bits (1-15) and direction code (0-2)
 _VERIFIED_HEADS = [None] + [[_verified_head(hits, d) for d in range(len(_DIRECTION_OF_CODE))] for hits in range(1, 16)]
+#: the same as an int64 array for the compiled records (:func:`stream_dedup.record_kernel.pack_run`; row 0 unused)
+VERIFIED_HEADS = np.array([[0] * len(_DIRECTION_OF_CODE)] + _VERIFIED_HEADS[1:], dtype=np.int64)
+#: the header bits of a new article's decision without a look-alike but its candidates'
+#: (``Decision(type="new", candidates=k)``: type, methods (none) and candidates present)
+NEW_HEAD = _TYPE_CODE["new"] | _MASK_OF[()] | 0x80 | 0x100
