@@ -318,7 +318,7 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
         passages.append(builder.joined_bytes(start + k, r, joins) if joins else b"")
         out.append(decision)
         roots.append(root_id)
-    for k in _not_compact(builder.result[start:stop]):  # (stored as encode_verified does: JSON)
+    for k in _not_compact(builder.result[start:stop]):  # (their stored form: JSON)
         d = out[k]
         given[k] = stored_decision.encode_decision(d, d.id, roots[k])
     records, ends = builder.pack(start, stop, seq0, nows, run_ids, given, view.index.record_store.buf)
@@ -332,7 +332,7 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
 
 def _not_compact(result: np.ndarray) -> list[int]:
     """The verified duplicates among ``result``'s rows whose stored form the compact form cannot hold
-    (:func:`stream_dedup.stored_decision.encode_verified`: rule bits 1-15, a direction code 0-2,
+    (:func:`stream_dedup.record_kernel.pack_run`'s: rule bits 1-15, a direction code 0-2,
     Jaccard and containment ``k / 10000`` exactly, not -0.0): Python stores them (as JSON)."""
     dup = (result[:, R_BEST] >= 0) & (result[:, R_EXACT] == 0)
     if not dup.any():

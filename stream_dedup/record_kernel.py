@@ -12,7 +12,7 @@ The stored decision is made here for a new article without a look-alike (the hea
 candidates' varint from 7 on) and for a duplicate the compiled rules verified (the header of its
 rule bits and direction, its root as a reference, Jaccard, Hamming distance, containment, the
 matched id as a reference or its UTF-8, the candidates' varint): the bytes
-:func:`stream_dedup.stored_decision.encode_verified` makes. Any other's stored form (an exact
+:func:`stream_dedup.stored_decision.encode_decision` makes of its decision. Any other's stored form (an exact
 duplicate, a look-alike, a value the compact form does not hold exactly) comes made by Python
 (``given``). ``tests/engine/test_record_kernel.py`` compares both with the Python encoders.
 

@@ -43,12 +43,12 @@ import numpy as np
 import orjson
 
 from .decision import _DIRECTIONS as _DIRECTION_OF_CODE
-from .decision import _METHODS_OF_HITS, _STORED_FIELDS, METHODS, verified
+from .decision import _METHODS_OF_HITS, _STORED_FIELDS, METHODS
 
 if TYPE_CHECKING:
     from .decision import Decision
 
-__all__ = ["NEW_HEAD", "TAG", "VERIFIED_HEADS", "decode", "encode", "encode_decision", "encode_verified"]
+__all__ = ["NEW_HEAD", "TAG", "VERIFIED_HEADS", "decode", "encode", "encode_decision"]
 
 TAG = 0x01
 _N = len(_STORED_FIELDS)  # 12
@@ -131,28 +131,6 @@ def encode_decision(decision: Decision, article_id: str, root_id: str) -> bytes:
                                article_id, root_id)
     except _NotCompact:
         return orjson.dumps(d.to_stored())
-
-
-def encode_verified(hits: int, direction: int, hamming: int, jaccard: float, containment: float, candidates: int,
-                    matched_id: str, article_id: str, root_id: str) -> bytes:
-    """``encode_decision(verified(article_id, hits, direction, hamming, jaccard, containment,
-    matched_id, root_id, candidates), article_id, root_id)``, the same bytes, from the compiled
-    rules' numbers (``hits`` 1-15, ``direction`` 0-2: :func:`stream_dedup.decision.verified`). The
-    header of each (hits, direction) is made once (:data:`_VERIFIED_HEADS`) and the duplicate's
-    root is the record's own (one byte): ~1.0 us where ``encode_decision`` takes ~1.9 (once per
-    duplicate the compiled decisions find)."""
-    try:
-        if not 0 < hits < 16 or type(candidates) is not int or not 0 <= candidates < _U64:
-            raise _NotCompact
-        h = _VERIFIED_HEADS[hits][direction] | min(candidates, _INLINE_CANDIDATES) << 21
-        parts = [(h << 8 | TAG).to_bytes(4, "little"), b"\x01", _fixed(jaccard), _varint(_count(hamming)),
-                 _fixed(containment), _string(matched_id, article_id, root_id, root_id)]
-        if candidates >= _INLINE_CANDIDATES:
-            parts.append(_varint(candidates - _INLINE_CANDIDATES))
-        return b"".join(parts)
-    except _NotCompact:
-        return encode_decision(verified(article_id, hits, direction, hamming, jaccard, containment, matched_id, root_id,
-                                        candidates), article_id, root_id)
 
 
 def _verified_head(hits: int, direction: int) -> int:
@@ -328,10 +306,11 @@ def _read_string(data: bytes, pos: int, article_id: str, root_id: str, prev: str
     return data[pos:end].decode("utf-8", "surrogatepass"), end
 
 
-#: the header bits of a verified duplicate (:func:`encode_verified`), by its rule bits (1-15) and direction code (0-2)
-_VERIFIED_HEADS = [None] + [[_verified_head(hits, d) for d in range(len(_DIRECTION_OF_CODE))] for hits in range(1, 16)]
-#: the same as an int64 array for the compiled records (:func:`stream_dedup.record_kernel.pack_run`; row 0 unused)
-VERIFIED_HEADS = np.array([[0] * len(_DIRECTION_OF_CODE)] + _VERIFIED_HEADS[1:], dtype=np.int64)
+#: the header bits of a verified duplicate's decision but its candidates', by its rule bits (1-15) and direction
+#: code (0-2), for the compiled records (:func:`stream_dedup.record_kernel.pack_run`; row 0 unused)
+VERIFIED_HEADS = np.array([[0] * len(_DIRECTION_OF_CODE)]
+                          + [[_verified_head(hits, d) for d in range(len(_DIRECTION_OF_CODE))] for hits in range(1, 16)],
+                          dtype=np.int64)
 #: the header bits of a new article's decision without a look-alike but its candidates'
 #: (``Decision(type="new", candidates=k)``: type, methods (none) and candidates present)
 NEW_HEAD = _TYPE_CODE["new"] | _MASK_OF[()] | 0x80 | 0x100

@@ -1,6 +1,6 @@
 """The compiled records of a run (stream_dedup.record_kernel.pack_run): byte for byte the records
 Python packs (index_record._pack_parts) with the stored decisions Python encodes
-(stored_decision.encode_verified, encode_decision), on made-up runs that take every branch: matches
+(stored_decision.encode_decision), on made-up runs that take every branch: matches
 held in the record store and filed earlier in the run, roots that are and are not the article,
 matched ids that are the root, the article or neither, ids in UTF-8 with surrogates, candidates
 past the header's 7, stored decisions Python made, bitmaps and anchors' counts past 65,535."""
@@ -11,6 +11,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stream_dedup import decide_kernel as k
 from stream_dedup import record_kernel, stored_decision
@@ -102,9 +104,9 @@ def test_records_are_pythons(seed: int) -> None:
             res[k.R_HITS], res[k.R_DIRECTION] = rng.randrange(1, 16), rng.randrange(3)
             res[k.R_HAMMING] = rng.choice([0, 3, 127, 128, 64])
             res[k.R_JACCARD], res[k.R_CONTAINMENT] = rng.randrange(10001) / 10000, rng.randrange(10001) / 10000
-            stored = stored_decision.encode_verified(int(res[k.R_HITS]), int(res[k.R_DIRECTION]), int(res[k.R_HAMMING]),
-                                                     float(res[k.R_JACCARD]), float(res[k.R_CONTAINMENT]),
-                                                     int(res[k.R_CANDIDATES]), matched_id, article_id, root_id)
+            d = verified(article_id, res[k.R_HITS], res[k.R_DIRECTION], res[k.R_HAMMING], float(res[k.R_JACCARD]),
+                         float(res[k.R_CONTAINMENT]), matched_id, root_id, int(res[k.R_CANDIDATES]))
+            stored = stored_decision.encode_decision(d, article_id, root_id)
         elif kind == "given":
             given[j] = stored = rng.choice([b'{"x": 1}', b"\x01\x02\x03\x04\x05"])
         else:
@@ -137,9 +139,9 @@ def test_records_are_pythons(seed: int) -> None:
     assert _not_compact(result[start:]) == []
 
 
-def test_not_compact_finds_what_encode_verified_stores_as_json() -> None:
+def test_not_compact_finds_the_duplicates_stored_as_json() -> None:
     """The verified duplicates whose stored form Python makes (``_not_compact``) are exactly those
-    encode_verified cannot store compactly: its output is then JSON, not the tag."""
+    whose decision encode_decision cannot store compactly: its output is then JSON, not the tag."""
     rows = []
     values = [0.5, 0.12345, 1.0, 0.0, -0.0, 1.0001, float("nan"), 0.1 + 0.2, 0.3]
     for jaccard in values:
@@ -159,3 +161,50 @@ def test_not_compact_finds_what_encode_verified_stores_as_json() -> None:
         stored = stored_decision.encode_decision(
             verified("a", hits, direction, 0, float(row[k.R_JACCARD]), float(row[k.R_CONTAINMENT]), "m", "m", 3), "a", "m")
         assert (stored[0] != stored_decision.TAG) == (i in flagged), (row[k.R_JACCARD], row[k.R_CONTAINMENT])
+
+
+_IDS = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.integers(1, 15), st.integers(0, 2), st.integers(0, 64), st.one_of(
+    st.integers(0, 10000).map(lambda k: k / 10000), st.floats(-1, 2)), st.one_of(
+    st.integers(0, 10000).map(lambda k: k / 10000), st.floats(allow_nan=True)),
+    st.one_of(st.integers(0, 9), st.integers(0, 2**40)), _IDS, _IDS, _IDS)
+def test_a_verified_duplicates_record_keeps_its_decision_encoded(
+        hits: int, direction: int, hamming: int, jaccard: float, containment: float, candidates: int,
+        matched: str, article_id: str, root_id: str) -> None:
+    """The record pack_run makes of a verified duplicate of a held record is the one Python packs with
+    ``encode_decision`` of the decision ``verified`` makes of the same numbers, the matched article
+    being the root, the article or another; a value the compact form does not hold exactly is one
+    ``_not_compact`` leaves to Python (whose stored form is then JSON)."""
+    for matched_id in (matched, root_id, article_id):
+        d = verified(article_id, float(hits), float(direction), float(hamming), jaccard, containment, matched_id,
+                     root_id, candidates)
+        expected = stored_decision.encode_decision(d, article_id, root_id)
+        result = np.zeros((1, k.R_COLUMNS))
+        result[0, k.R_HITS], result[0, k.R_DIRECTION], result[0, k.R_HAMMING] = hits, direction, hamming
+        result[0, k.R_JACCARD], result[0, k.R_CONTAINMENT], result[0, k.R_CANDIDATES] = jaccard, containment, candidates
+        result[0, k.R_BEST], result[0, k.R_INDEXED] = 0, 1
+        if _not_compact(result):
+            assert expected[0] != stored_decision.TAG
+            continue
+        store = RecordStore(1 << 14, 40)
+        assert store.put(0, _pack_record(1.0, 5, 9, True, bytes(16), np.zeros(NUM_PERM, dtype=np.uint64), matched_id,
+                                         root_id, b"\x01\x00\x00\x00"))
+        starts, lengths = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        store_locate(store.buf, store.keys, store.vals, np.zeros(1, dtype=np.int64), starts, lengths)
+        result[0, k.R_AT], result[0, k.R_LENGTH] = starts[0], lengths[0]
+        aid = article_id.encode("utf-8", "surrogatepass")
+        ends = np.zeros(1, dtype=np.int64)
+        out = record_kernel.pack_run(result, 0, 1, 7, np.zeros(1, dtype=np.int64), np.array([2.0]).view(np.uint64),
+                                     np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.int64),
+                                     np.zeros((1, 16), dtype=np.uint8), np.zeros(SIG, dtype=np.uint8), SIG,
+                                     np.zeros(0, dtype=np.uint8), np.zeros(2, dtype=np.int64),
+                                     np.zeros(2, dtype=np.int64), np.zeros((1, 64), dtype=np.uint8),
+                                     np.zeros(1, dtype=np.bool_), np.frombuffer(aid, dtype=np.uint8),
+                                     np.array([0, len(aid)], dtype=np.int64), np.zeros(0, dtype=np.uint8),
+                                     np.zeros(2, dtype=np.int64), stored_decision.VERIFIED_HEADS,
+                                     stored_decision.NEW_HEAD, store.buf, ends)
+        rid = root_id.encode("utf-8", "surrogatepass") if root_id != article_id else b""
+        assert out.tobytes() == _pack_parts(2.0, 1, 1, True, bytes(16), bytes(SIG), aid, rid, b"", 0, b"", expected)

@@ -237,27 +237,6 @@ def test_the_decision_encoded_from_its_fields_is_its_stored_list_encoded(case: t
 _IDS = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
 
 
-@settings(max_examples=1500, deadline=None)
-@given(st.integers(1, 15), st.integers(0, 2), st.integers(0, 64), st.one_of(
-    st.integers(0, 10000).map(lambda k: k / 10000), st.floats(-1, 2)), st.one_of(
-    st.integers(0, 10000).map(lambda k: k / 10000), st.floats(allow_nan=True)),
-    st.one_of(st.integers(0, 9), st.integers(0, 2**64 - 1)), _IDS, _IDS, _IDS)
-def test_a_verified_duplicate_encoded_from_the_rules_numbers_is_its_decision_encoded(
-        hits: int, direction: int, hamming: int, jaccard: float, containment: float, candidates: int,
-        matched: str, article_id: str, root_id: str) -> None:
-    """``encode_verified`` (the compiled decisions' duplicates) writes the bytes of ``encode_decision``
-    on the decision ``verified`` makes of the same numbers: compact or JSON (a value the compact
-    form does not hold exactly), a matched article that is the root, the article or another."""
-    from stream_dedup.decision import verified
-
-    for matched_id in (matched, root_id, article_id):
-        d = verified(article_id, float(hits), float(direction), float(hamming), jaccard, containment, matched_id,
-                     root_id, candidates)
-        assert stored_decision.encode_verified(hits, direction, hamming, jaccard, containment, candidates, matched_id,
-                                               article_id, root_id) == stored_decision.encode_decision(d, article_id,
-                                                                                                       root_id)
-
-
 def test_a_record_keeps_an_encoded_decision_as_it_is() -> None:
     """``_pack_record`` takes the decision's bytes from ``encode_decision`` (the engine's insert) or
     its stored list (encoded there): the same record."""
