@@ -22,23 +22,12 @@ import numpy as np
 
 from . import decide_kernel as _k
 from . import rewrite, stored_decision
-from .decide_kernel import (
-    R_BEST,
-    R_COLUMNS,
-    R_CONTAINMENT,
-    R_DIRECTION,
-    R_EXACT,
-    R_HITS,
-    R_INDEXED,
-    R_JACCARD,
-    R_JOINS,
-    _decide_run,
-)
+from .decide_kernel import R_COLUMNS, R_INDEXED, R_JOINS, _decide_run
 from .decision import Decision, exact_copy, look_alike, verified
 from .index import _MAX_SEQ
 from .index_record import _LENGTHS, _RECORD
 from .passages import ANCHOR_BYTES, anchor_bytes
-from .record_kernel import _pack_run
+from .record_kernel import _loose_rows, _pack_run
 from .stored_decision import NEW_HEAD, VERIFIED_HEADS
 
 if TYPE_CHECKING:
@@ -56,7 +45,6 @@ _RECORD_HEAD, _LENGTH_BYTES = _RECORD.size, _LENGTHS.size  # (a record's bytes b
 assert (_k.R_CANDIDATES, _k.R_BEST, _k.R_TEMPLATE, _k.R_AGREED, _k.R_HITS, _k.R_DIRECTION, _k.R_HAMMING, _k.R_JACCARD,
         _k.R_CONTAINMENT, _k.R_TEMPLATE_JACCARD, _k.R_INDEXED, _k.R_JOINS, _k.R_AT, _k.R_LENGTH, _k.R_EXACT) \
     == tuple(range(R_COLUMNS))
-_SCALE = 10000  # (stored_decision: a fraction is stored as k / 10000)
 _EXACT_BYTES = 16  # (the exact hash's bytes in a record)
 assert _RECORD.format.endswith(f"{_EXACT_BYTES}s")
 
@@ -175,9 +163,15 @@ class Builder:
         """The records of articles ``start:stop`` (seqs from ``seq0``; ``ids`` theirs) end to end, and
         where each ends (:func:`~stream_dedup.record_kernel.pack_run`; ``given``: the stored decisions
         Python made, empty for those made there; ``store``: the record store's buffer)."""
-        encoded = [i.encode("utf-8", "surrogatepass") for i in ids]
+        joined = "".join(ids)
         id_at = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, encoded), np.int64, len(ids)), out=id_at[1:])
+        if joined.isascii():  # (most runs: one encode, a character a byte)
+            id_bytes = joined.encode("ascii")
+            np.cumsum(np.fromiter(map(len, ids), np.int64, len(ids)), out=id_at[1:])
+        else:
+            encoded = [i.encode("utf-8", "surrogatepass") for i in ids]
+            id_bytes = b"".join(encoded)
+            np.cumsum(np.fromiter(map(len, encoded), np.int64, len(ids)), out=id_at[1:])
         given_at = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(len, given), np.int64, len(ids)), out=given_at[1:])
         first_seen = np.array(nows[start:stop], dtype=np.float64).view(np.uint64)
@@ -185,7 +179,7 @@ class Builder:
         records = _pack_run(self.result, start, stop, seq0, self.rows, first_seen, self.simhashes, self.sizes,
                             self.exacts, self.signature_u8, self.signature_size, self.identity_u8, self.identity_at,
                             self.anchors_at, self.words, self.has_words,
-                            np.frombuffer(b"".join(encoded), dtype=np.uint8), id_at,
+                            np.frombuffer(id_bytes, dtype=np.uint8), id_at,
                             np.frombuffer(b"".join(given), dtype=np.uint8), given_at, VERIFIED_HEADS, NEW_HEAD, store,
                             ends)
         return records, ends
@@ -318,7 +312,7 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
         passages.append(builder.joined_bytes(start + k, r, joins) if joins else b"")
         out.append(decision)
         roots.append(root_id)
-    for k in _not_compact(builder.result[start:stop]):  # (their stored form: JSON)
+    for k in _loose_rows(builder.result, start, stop).tolist():  # (their stored form: JSON)
         d = out[k]
         given[k] = stored_decision.encode_decision(d, d.id, roots[k])
     records, ends = builder.pack(start, stop, seq0, nows, run_ids, given, view.index.record_store.buf)
@@ -328,19 +322,3 @@ def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[
                        receipts[start:stop] if receipts else None)
     view.index.record_store.put_packed(seq0, records, ends)
     return out
-
-
-def _not_compact(result: np.ndarray) -> list[int]:
-    """The verified duplicates among ``result``'s rows whose stored form the compact form cannot hold
-    (:func:`stream_dedup.record_kernel.pack_run`'s: rule bits 1-15, a direction code 0-2,
-    Jaccard and containment ``k / 10000`` exactly, not -0.0): Python stores them (as JSON)."""
-    dup = (result[:, R_BEST] >= 0) & (result[:, R_EXACT] == 0)
-    if not dup.any():
-        return []
-    ok = (result[:, R_HITS] >= 1) & (result[:, R_HITS] <= 15) & (result[:, R_DIRECTION] >= 0) \
-        & (result[:, R_DIRECTION] <= 2)
-    for column in (R_JACCARD, R_CONTAINMENT):
-        v = result[:, column]
-        with np.errstate(invalid="ignore"):
-            ok &= (v >= 0.0) & (v <= 1.0) & (np.round(v * _SCALE) / _SCALE == v) & ~((v == 0.0) & np.signbit(v))
-    return np.flatnonzero(dup & ~ok).tolist()

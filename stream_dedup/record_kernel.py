@@ -23,19 +23,21 @@ there (its root: the root id it keeps, or its own id if it keeps none).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .jit import inline, kernel, trusted
 
-__all__ = ["RECORD_HEAD", "pack_run"]
+__all__ = ["RECORD_HEAD", "loose_rows", "pack_run"]
 
 RECORD_HEAD = 37  # first seen, SimHash, set size, flags, exact hash (index_record._RECORD)
 _LENGTHS = 9      # the ids' UTF-8 lengths, identity sketch length, anchors, words (index_record._LENGTHS)
 _INLINE = 7       # candidates 0..6 in the stored decision's header (stored_decision._INLINE_CANDIDATES)
 _TAG = 0x01       # (stored_decision.TAG)
 # the result's columns this reads (decide_kernel.R_*: tests/engine/test_record_kernel.py checks them)
-_R_CANDIDATES, _R_BEST, _R_HITS, _R_DIRECTION, _R_HAMMING, _R_JACCARD, _R_CONTAINMENT, _R_INDEXED, _R_AT = \
-    0, 1, 4, 5, 6, 7, 8, 10, 12
+_R_CANDIDATES, _R_BEST, _R_HITS, _R_DIRECTION, _R_HAMMING, _R_JACCARD, _R_CONTAINMENT, _R_INDEXED, _R_AT, \
+    _R_EXACT = 0, 1, 4, 5, 6, 7, 8, 10, 12, 14
 
 
 @inline
@@ -92,6 +94,34 @@ def _equal(out, buf, kind, at, length, kind2, at2, length2):
 def _fixed(v):
     """The uint16 ``k`` of a value stored as ``k / 10000`` (the caller has checked that it is one)."""
     return np.int64(round(v * 10000.0))
+
+
+@inline
+def _compact_fraction(v):
+    """Whether the compact form holds ``v`` exactly: ``k / 10000`` for an integer 0 <= k <= 10000, not -0.0
+    (stored_decision._fixed; NaN is not)."""
+    if not 0.0 <= v <= 1.0 or (v == 0.0 and math.copysign(1.0, v) < 0.0):
+        return False
+    return round(v * 10000.0) / 10000.0 == v
+
+
+@kernel
+def loose_rows(result, start, stop):
+    """The verified duplicates among articles ``start:stop`` (their positions in the run) whose
+    decision the compact form cannot hold exactly (rule bits outside 1-15, a direction code outside
+    0-2, a Jaccard or containment not ``k / 10000``): Python makes their stored form (JSON)
+    before :func:`pack_run`, which makes the others'."""
+    out = np.empty(stop - start, dtype=np.int64)
+    n = 0
+    for k in range(stop - start):
+        res = result[start + k]
+        if res[_R_BEST] < 0 or res[_R_EXACT] != 0:
+            continue
+        if not (1.0 <= res[_R_HITS] <= 15.0 and 0.0 <= res[_R_DIRECTION] <= 2.0
+                and _compact_fraction(res[_R_JACCARD]) and _compact_fraction(res[_R_CONTAINMENT])):
+            out[n] = k
+            n += 1
+    return out[:n]
 
 
 @inline
@@ -258,4 +288,4 @@ def pack_run(result, start, stop, seq0, rows, first_seen, simhashes, sizes, exac
     return out[:used]
 
 
-_pack_run = trusted(pack_run)
+_pack_run, _loose_rows = trusted(pack_run), trusted(loose_rows)

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from stream_dedup import decide_kernel as k
 from stream_dedup import record_kernel, stored_decision
-from stream_dedup.batch_decisions import _not_compact
 from stream_dedup.decision import Decision, verified
 from stream_dedup.index_record import _pack_parts, _pack_record
 from stream_dedup.record_store import RecordStore, store_locate
@@ -136,11 +135,11 @@ def test_records_are_pythons(seed: int) -> None:
     data = out.tobytes()
     got = [data[a:b] for a, b in zip([0, *ends.tolist()[:-1]], ends.tolist(), strict=True)]
     assert got == expected
-    assert _not_compact(result[start:]) == []
+    assert record_kernel.loose_rows(result, start, start + n).shape == (0,)
 
 
-def test_not_compact_finds_the_duplicates_stored_as_json() -> None:
-    """The verified duplicates whose stored form Python makes (``_not_compact``) are exactly those
+def testloose_rows_finds_the_duplicates_stored_as_json() -> None:
+    """The verified duplicates whose stored form Python makes (``loose_rows``) are exactly those
     whose decision encode_decision cannot store compactly: its output is then JSON, not the tag."""
     rows = []
     values = [0.5, 0.12345, 1.0, 0.0, -0.0, 1.0001, float("nan"), 0.1 + 0.2, 0.3]
@@ -152,7 +151,7 @@ def test_not_compact_finds_the_duplicates_stored_as_json() -> None:
                 row[k.R_JACCARD], row[k.R_CONTAINMENT], row[k.R_CANDIDATES] = jaccard, containment, 3
                 rows.append(row)
     result = np.array(rows)
-    flagged = set(_not_compact(result))
+    flagged = set(record_kernel.loose_rows(result, 0, len(rows)).tolist())
     for i, row in enumerate(result):
         hits, direction = int(row[k.R_HITS]), int(row[k.R_DIRECTION])
         if not 0 < hits < 16:
@@ -177,7 +176,7 @@ def test_a_verified_duplicates_record_keeps_its_decision_encoded(
     """The record pack_run makes of a verified duplicate of a held record is the one Python packs with
     ``encode_decision`` of the decision ``verified`` makes of the same numbers, the matched article
     being the root, the article or another; a value the compact form does not hold exactly is one
-    ``_not_compact`` leaves to Python (whose stored form is then JSON)."""
+    ``loose_rows`` leaves to Python (whose stored form is then JSON)."""
     for matched_id in (matched, root_id, article_id):
         d = verified(article_id, float(hits), float(direction), float(hamming), jaccard, containment, matched_id,
                      root_id, candidates)
@@ -186,7 +185,7 @@ def test_a_verified_duplicates_record_keeps_its_decision_encoded(
         result[0, k.R_HITS], result[0, k.R_DIRECTION], result[0, k.R_HAMMING] = hits, direction, hamming
         result[0, k.R_JACCARD], result[0, k.R_CONTAINMENT], result[0, k.R_CANDIDATES] = jaccard, containment, candidates
         result[0, k.R_BEST], result[0, k.R_INDEXED] = 0, 1
-        if _not_compact(result):
+        if record_kernel.loose_rows(result, 0, 1).shape[0]:
             assert expected[0] != stored_decision.TAG
             continue
         store = RecordStore(1 << 14, 40)
