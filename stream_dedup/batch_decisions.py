@@ -70,14 +70,10 @@ class Builder:
         self.chosen_row = {i: r for r, i in enumerate(positions)}  # every chosen article's row
         self.keys, self.permuted, self.signatures = keys, permuted, signatures
         self.queries = signatures.astype(np.int64)
-        # (big-endian, as records keep them)
-        self.signature_bytes, self.signature_size = signatures.astype(">u2").tobytes(), 2 * signatures.shape[1]
+        self.signature_size = 2 * signatures.shape[1]  # (a stored signature's bytes in a record)
         self.simhashes = np.ascontiguousarray(simhashes, dtype=np.uint64)
         self.sizes = np.ascontiguousarray(sizes, dtype=np.int64)
-        # (what _written packs in each record, as Python values)
-        self.simhash_of: list[int] = self.simhashes.tolist()
-        self.size_of: list[int] = self.sizes.tolist()
-        self.exact_of, self.words_of = exacts, words
+        self.exact_of = exacts  # (what _written writes under X)
         joined = b"".join(exacts)
         if len(joined) != _EXACT_BYTES * m:  # (as struct packs "16s": padded with zeros or cut)
             joined = b"".join(e[:_EXACT_BYTES].ljust(_EXACT_BYTES, b"\0") for e in exacts)
@@ -89,9 +85,7 @@ class Builder:
                                                        dtype=np.uint8).reshape(-1, _WORD_BYTES)
         self.identity = np.ascontiguousarray(identity, dtype=np.uint32)
         self.identity_at = np.ascontiguousarray(identity_at, dtype=np.int64)
-        self.identity_bytes = self.identity.astype(">u4").tobytes()  # (as records keep them)
         self.row_of: list[int] = self.rows.tolist()  # (Python ints: read per article)
-        self.identity_ends: list[int] = (4 * self.identity_at).tolist()
         self.anchors = np.ascontiguousarray(anchors, dtype=np.uint64)
         self.anchors_at = np.ascontiguousarray(anchors_at, dtype=np.int64)
         self.anchors_at_of: list[int] = self.anchors_at.tolist()  # (Python ints: read per article)
@@ -103,8 +97,9 @@ class Builder:
         self.provisional_at = np.zeros(m + 1, dtype=np.int64)
         np.cumsum(record_bytes, out=self.provisional_at[1:])
         self.provisional = np.zeros(int(self.provisional_at[-1]), dtype=np.uint8)
-        self.signature_u8 = np.frombuffer(self.signature_bytes, dtype=np.uint8)
-        self.identity_u8 = np.frombuffer(self.identity_bytes, dtype=np.uint8)
+        # (the stored signatures and identity sketches as records keep them: big-endian, row after row)
+        self.signature_u8 = np.frombuffer(signatures.astype(">u2").tobytes(), dtype=np.uint8)
+        self.identity_u8 = np.frombuffer(self.identity.astype(">u4").tobytes(), dtype=np.uint8)
         self.result = np.zeros((n, R_COLUMNS), dtype=np.float64)
         self.joined = np.zeros(self.anchors.shape[0], dtype=np.uint8)  # per anchor: the article joins its list
         self.stop = np.zeros(1, dtype=np.int64)
