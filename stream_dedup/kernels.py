@@ -29,7 +29,15 @@ from .jit import compiling, inline, kernel
 if compiling():  # numba intrinsics, only read by numba when it compiles the kernels
     from numba.cpython.unsafe.numbers import trailing_zeros
 
-    from .addresses import address_of, load_u8, load_u64_unaligned, set_u64_item, store_u8, u64_item
+    from .addresses import (
+        address_of,
+        copy_into,
+        load_u8,
+        load_u64_unaligned,
+        set_u64_item,
+        store_u8,
+        u64_item,
+    )
 
 C1 = np.uint64(0x87C37B91114253D5)
 C2 = np.uint64(0x4CF5AD432745937F)
@@ -145,7 +153,7 @@ def exact_hash128(words, seed):
 def murmur3_64(buf, start, end, seed):
     """First 64 bits of MurmurHash3_x64_128(buf[start:end], seed) (as ``mmh3.hash64(...)[0]``)."""
     padded = np.zeros(end - start + 16, dtype=np.uint8)
-    padded[:end - start] = buf[start:end]
+    copy_into(padded, 0, buf, start, end - start)
     h = _murmur3_64_at(address_of(padded), 0, end - start, seed)
     padded[0] = 0  # (a use after the hash: numba frees an array after its last use, see stream_dedup.addresses)
     return h
@@ -180,7 +188,7 @@ def token_runs_utf8(buf, word, seed):
     n = buf.shape[0]
     nchunks = n // 64 + 1  # at least one zero byte is scanned after the text: every run ends
     padded = np.zeros(nchunks * 64 + 16, dtype=np.uint8)  # (zero is not a word byte)
-    padded[:n] = buf
+    copy_into(padded, 0, buf, 0, n)
     starts = np.empty(n // 2 + 1, dtype=np.int64)
     ends = np.empty(n // 2 + 1, dtype=np.int64)
     cs = 0
@@ -230,7 +238,7 @@ def token_hashes_split(buf, word, split, seed):
     CJK extension planes), as :func:`stream_dedup.text.tokenize` splits them."""
     n = buf.shape[0]
     padded = np.zeros(n + 16, dtype=np.uint8)
-    padded[:n] = buf
+    copy_into(padded, 0, buf, 0, n)
     starts = np.empty(n + 1, dtype=np.int64)
     ends = np.empty(n + 1, dtype=np.int64)
     m = 0

@@ -27,7 +27,10 @@ import math
 
 import numpy as np
 
-from .jit import inline, kernel, trusted
+from .jit import compiling, inline, kernel, trusted
+
+if compiling():
+    from .addresses import copy_into
 
 __all__ = ["RECORD_HEAD", "loose_rows", "pack_run"]
 
@@ -130,7 +133,7 @@ def _grown(out, used, need):
     if used + need <= out.shape[0]:
         return out
     bigger = np.empty(max(2 * out.shape[0], used + need), dtype=np.uint8)
-    bigger[:used] = out[:used]
+    copy_into(bigger, 0, out, 0, used)
     return bigger
 
 
@@ -220,9 +223,10 @@ def pack_run(result, start, stop, seq0, rows, first_seen, simhashes, sizes, exac
         _put_be(out, p + 8, simhashes[r], 8)
         _put_be(out, p + 16, sizes[r], 4)
         out[p + 20] = np.uint8(1 if indexed else 0)
-        out[p + 21:p + 37] = exacts[r]
+        for b in range(16):
+            out[p + 21 + b] = exacts[r, b]
         p += RECORD_HEAD
-        out[p:p + sig_size] = signature_u8[r * sig_size:(r + 1) * sig_size]
+        copy_into(out, p, signature_u8, r * sig_size, sig_size)
         p += sig_size
         # the lengths, the ids, the identity sketch, the words
         _put_be(out, p, a_len, 2)
@@ -232,7 +236,7 @@ def pack_run(result, start, stop, seq0, rows, first_seen, simhashes, sizes, exac
         out[p + 8] = np.uint8(w)
         p += _LENGTHS
         aid_at[k] = p
-        out[p:p + a_len] = id_u8[i0:i0 + a_len]
+        copy_into(out, p, id_u8, i0, a_len)
         p += a_len
         if best >= 0:
             if rid_len:
@@ -245,14 +249,15 @@ def pack_run(result, start, stop, seq0, rows, first_seen, simhashes, sizes, exac
         else:
             root_at[k], root_len[k] = aid_at[k], a_len
         p += rid_len
-        out[p:p + 4 * k_id] = identity_u8[4 * identity_at[r]:4 * identity_at[r + 1]]
+        copy_into(out, p, identity_u8, 4 * identity_at[r], 4 * k_id)
         p += 4 * k_id
         if w:
-            out[p:p + w] = words[r]
+            for b in range(w):
+                out[p + b] = words[r, b]
             p += w
         # the stored decision
         if given:
-            out[p:p + given] = given_u8[given_at[k]:given_at[k + 1]]
+            copy_into(out, p, given_u8, given_at[k], given)
             p += given
         else:
             if best >= 0:

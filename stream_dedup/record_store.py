@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import inline, kernel, trusted
+from .jit import compiling, inline, kernel, trusted
+
+if compiling():
+    from .addresses import copy_into
 
 __all__ = ["HEADER", "RecordStore"]
 
@@ -128,7 +131,7 @@ def store_put(buf, keys, vals, meta, seq, rec):
     at = current * segment + fill
     _put_u32(buf, at, seq)
     _put_u32(buf, at + 4, rec.shape[0])
-    buf[at + HEADER:at + need] = rec
+    copy_into(buf, at + HEADER, rec, 0, rec.shape[0])
     mask = keys.shape[0] - 1
     key = np.uint32(seq + 1)
     i = _home(key, mask)
