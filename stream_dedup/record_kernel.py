@@ -94,6 +94,17 @@ def _equal(out, buf, kind, at, length, kind2, at2, length2):
 
 
 @inline
+def _is_id(out, buf, kind, at, length, id_u8, i0, a_len):
+    """Whether the bytes at ``at`` (of ``kind``, as :func:`_at`) are the article's id ``id_u8[i0:i0 + a_len]``."""
+    if length != a_len:
+        return False
+    for b in range(a_len):
+        if _at(out, buf, kind, at + b) != id_u8[i0 + b]:
+            return False
+    return True
+
+
+@inline
 def _fixed(v):
     """The uint16 ``k`` of a value stored as ``k / 10000`` (the caller has checked that it is one)."""
     return np.int64(round(v * 10000.0))
@@ -187,13 +198,7 @@ def pack_run(result, start, stop, seq0, rows, first_seen, simhashes, sizes, exac
                 m_kind, m_at, m_len = np.int64(1), p + _LENGTHS, held_len
                 rk, ra, rl = np.int64(1), p + _LENGTHS + (held_len if held_root else 0), \
                     held_root if held_root else held_len
-            own = rl == a_len
-            if own:
-                for b in range(a_len):
-                    if _at(out, buf, rk, ra + b) != id_u8[i0 + b]:
-                        own = False
-                        break
-            if not own:
+            if not _is_id(out, buf, rk, ra, rl, id_u8, i0, a_len):  # (a root that is the article is not stored)
                 rid_len = rl
         indexed = res[_R_INDEXED] != 0
         w = 64 if indexed and has_words[r] else 0
@@ -207,12 +212,8 @@ def pack_run(result, start, stop, seq0, rows, first_seen, simhashes, sizes, exac
             if best >= 0:  # (stored_decision._string: the root first, then the article's id)
                 if _equal(out, buf, m_kind, m_at, m_len, rk, ra, rl):
                     matched_code = 1
-                elif m_len == a_len:
+                elif _is_id(out, buf, m_kind, m_at, m_len, id_u8, i0, a_len):
                     matched_code = 0
-                    for b in range(a_len):
-                        if _at(out, buf, m_kind, m_at + b) != id_u8[i0 + b]:
-                            matched_code = -1
-                            break
                 stored += 1 + 2 + _varint_size(np.int64(res[_R_HAMMING])) + 2
                 stored += 1 if matched_code >= 0 else _varint_size(m_len + 3) + m_len
         need = RECORD_HEAD + sig_size + _LENGTHS + a_len + rid_len + 4 * k_id + w + stored
@@ -238,14 +239,11 @@ def pack_run(result, start, stop, seq0, rows, first_seen, simhashes, sizes, exac
         aid_at[k] = p
         copy_into(out, p, id_u8, i0, a_len)
         p += a_len
-        if best >= 0:
-            if rid_len:
-                # (copied before the root's place is noted: a root in ``out`` is read from where it was)
-                for b in range(rid_len):
-                    out[p + b] = _at(out, buf, rk, ra + b)
-                root_at[k], root_len[k] = p, rid_len
-            else:
-                root_at[k], root_len[k] = aid_at[k], a_len
+        if rid_len:  # (a match's root that is not the article: only after a match)
+            # (copied before the root's place is noted: a root in ``out`` is read from where it was)
+            for b in range(rid_len):
+                out[p + b] = _at(out, buf, rk, ra + b)
+            root_at[k], root_len[k] = p, rid_len
         else:
             root_at[k], root_len[k] = aid_at[k], a_len
         p += rid_len
