@@ -36,7 +36,8 @@ AOT_INDEX := stream_dedup/_aot_kernels.json
 $(AOT_INDEX): $(VENV)/.installed stream_dedup/jit.py stream_dedup/aot.py stream_dedup/kernels.py \
 		stream_dedup/identity.py stream_dedup/passages.py stream_dedup/list_table.py stream_dedup/band_table.py \
 		stream_dedup/simhash_table.py stream_dedup/candidate_rules.py stream_dedup/fingerprint_kernel.py \
-		stream_dedup/record_store.py stream_dedup/decide_kernel.py stream_dedup/addresses.py stream_dedup/record_kernel.py
+		stream_dedup/record_store.py stream_dedup/decide_kernel.py stream_dedup/addresses.py stream_dedup/record_kernel.py \
+		stream_dedup/event_kernel.py
 	$(PY) -m stream_dedup.aot -q
 
 install: $(VENV)/.installed $(AOT_INDEX)

@@ -84,6 +84,9 @@ def _warm_up() -> None:
                 # BatchView.candidates): the samples' words in reverse order, other shingles
                 dedup.process_batch([Article(id=f"{name}-batch", text=" ".join(reversed(text.split())))
                                      for name, text in _sample_texts() if not text.startswith("<html>")])
+                # the same as events (the dedup command's: event_kernel), exact duplicates of that batch
+                dedup.process_batch_events([Article(id=f"{name}-events", text=" ".join(reversed(text.split())))
+                                            for name, text in _sample_texts() if not text.startswith("<html>")])
                 if not reference:  # a flood of candidates takes the two lookups apart (Index.lookup)
                     prepared = Prepared.of(dedup.fingerprint(Article(id="probe", text=_sample_texts()[0][1])),
                                            dedup.config.num_perm)

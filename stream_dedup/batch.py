@@ -35,7 +35,7 @@ import numpy as np
 from rocksdict import WriteBatch
 
 from .band_table import BandTable, bucket_keys
-from .batch_decisions import _WORD_BYTES, Builder, FiledRun, _joined, decide_all
+from .batch_decisions import _WORD_BYTES, Builder, EventBatch, FiledRun, _joined, decide_all
 from .fingerprint import Fingerprint
 from .fingerprint_batch import FingerprintBatch
 from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64, record_writes
@@ -60,9 +60,10 @@ _UINT64 = np.dtype(np.uint64)
 def run_batch(engine: Deduplicator, ids: list[str],
               fingerprints: Callable[[list[int]], list[Fingerprint] | FingerprintBatch],
               nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
-              receipts: Sequence[bytes | None] | None) -> list[Decision]:
+              receipts: Sequence[bytes | None] | None, events: EventBatch | None = None) -> list[Decision | str]:
     """The decisions of ``engine`` on ``ids`` (first seen at ``nows``) in order
-    (:meth:`Deduplicator.decide_batch`): read the batch's ids, fingerprint the unknown ones
+    (:meth:`Deduplicator.decide_batch`; with ``events``, :meth:`Deduplicator.decide_batch_events`:
+    the events the compiled calls write in place of their decisions): read the batch's ids, fingerprint the unknown ones
     (``fingerprints(positions)``: theirs, in one call, as a list or a
     :class:`~stream_dedup.fingerprint_batch.FingerprintBatch`), read their exact hashes (one
     multi-get each), decide one by one in a :class:`BatchView`, write once."""
@@ -96,7 +97,7 @@ def run_batch(engine: Deduplicator, ids: list[str],
             decisions = [engine._decide(view, article_id, prepared[i], nows[i], checkpoints[i] if checkpoints else None,
                                         receipts[i] if receipts else None) for i, article_id in enumerate(ids)]
         else:
-            decisions = decide_all(engine, view, ids, prepared, builder, nows, checkpoints, receipts)
+            decisions = decide_all(engine, view, ids, prepared, builder, nows, checkpoints, receipts, events)
         view.commit()
     except BaseException:  # (an interrupt too: the lists must not keep articles RocksDB never got)
         view.rollback()

@@ -5,30 +5,34 @@ decisions the loop left built and written (:func:`decide_all`).
 
 Python builds each :class:`~stream_dedup.decision.Decision` from the numbers the loop left; a
 run's records are made in one compiled call (:func:`stream_dedup.record_kernel.pack_run`, which
-also makes the stored decisions of new articles and verified duplicates), written into the batch
+also makes the stored decisions of new articles and of verified and exact duplicates), written into the batch
 (:meth:`BatchView.write_records <stream_dedup.batch.BatchView.write_records>`) and put in the record
 store, each at once; what the loop filed is noted once per run
-(:class:`FiledRun`), for a rollback. ``tests/engine/test_batch_decisions.py`` compares the
+(:class:`FiledRun`), for a rollback. For a writer of events (the ``dedup`` command:
+:class:`EventBatch`) a second compiled call writes the events of those articles instead
+(:func:`stream_dedup.event_kernel.write_events`), and Python makes only the decisions it leaves:
+~2.5 us a record less on short items. ``tests/engine/test_batch_decisions.py`` compares the
 decisions and the whole index with those of one-by-one decisions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import decide_kernel as _k
 from . import rewrite, stored_decision
-from .decide_kernel import R_COLUMNS, R_INDEXED, R_JOINS, _decide_run
-from .decision import Decision, exact_copy, look_alike, verified
+from .decide_kernel import R_BEST, R_COLUMNS, R_INDEXED, R_JOINS, _decide_run
+from .decision import _METHODS_OF_HITS, Decision, exact_copy, look_alike, verified
+from .event_kernel import FRAGMENTS, _write_events
 from .index import _MAX_SEQ
 from .index_record import _LENGTHS, _RECORD
 from .passages import ANCHOR_BYTES, anchor_bytes
 from .record_kernel import _loose_rows, _pack_run
-from .stored_decision import NEW_HEAD, VERIFIED_HEADS
+from .stored_decision import EXACT_HEAD, NEW_HEAD, VERIFIED_HEADS
 
 if TYPE_CHECKING:
     from .band_table import BandTable
@@ -37,7 +41,7 @@ if TYPE_CHECKING:
     from .list_table import MemberLists
     from .simhash_table import SimhashTable
 
-__all__ = ["Builder", "FiledRun", "decide_all"]
+__all__ = ["Builder", "EventBatch", "FiledRun", "decide_all"]
 
 _WORD_BYTES = rewrite.WORD_BITS // 8
 _RECORD_HEAD, _LENGTH_BYTES = _RECORD.size, _LENGTHS.size  # (a record's bytes before its signature, its lengths)
@@ -46,6 +50,7 @@ assert (_k.R_CANDIDATES, _k.R_BEST, _k.R_TEMPLATE, _k.R_AGREED, _k.R_HITS, _k.R_
         _k.R_CONTAINMENT, _k.R_TEMPLATE_JACCARD, _k.R_INDEXED, _k.R_JOINS, _k.R_AT, _k.R_LENGTH, _k.R_EXACT) \
     == tuple(range(R_COLUMNS))
 _EXACT_BYTES = 16  # (the exact hash's bytes in a record)
+_FIRST_METHOD = ["exact", *(methods[0] for methods in _METHODS_OF_HITS[1:])]  # (by event_kernel's method key)
 assert _RECORD.format.endswith(f"{_EXACT_BYTES}s")
 
 
@@ -175,14 +180,62 @@ class Builder:
                             self.exacts, self.signature_u8, self.signature_size, self.identity_u8, self.identity_at,
                             self.anchors_at, self.words, self.has_words,
                             np.frombuffer(id_bytes, dtype=np.uint8), id_at,
-                            np.frombuffer(b"".join(given), dtype=np.uint8), given_at, VERIFIED_HEADS, NEW_HEAD, store,
+                            np.frombuffer(b"".join(given), dtype=np.uint8), given_at, VERIFIED_HEADS, EXACT_HEAD, NEW_HEAD,
+                            store,
                             ends)
         return records, ends
+
+    def events(self, start: int, stop: int, seq0: int, records: np.ndarray, ends: np.ndarray, buf: np.ndarray,
+               tally: EventBatch, run: _RunIds) -> tuple[list[str], list[int]]:
+        """The events of articles ``start:stop`` that :func:`~stream_dedup.event_kernel.write_events`
+        writes (their records ``records``, ending at ``ends``; ``buf``: the record store's), counted
+        in ``tally``, and the positions in the run of those it leaves (their events empty)."""
+        n = stop - start
+        event_ends = np.zeros(n, dtype=np.int64)
+        done = np.zeros(n, dtype=np.uint8)
+        root_spans = np.zeros((n, 2), dtype=np.int64)
+        data = _write_events(self.result, start, stop, seq0, records, ends, self.signature_size, buf, *FRAGMENTS,
+                             event_ends, done, root_spans)
+        raw = data.tobytes()
+        text = raw.decode("utf-8")
+        at = event_ends.tolist()
+        if len(text) == len(raw):  # (ASCII: a byte a character)
+            out = [text[a:b] for a, b in zip([0, *at[:-1]], at, strict=True)]
+        else:
+            out = [raw[a:b].decode("utf-8") for a, b in zip([0, *at[:-1]], at, strict=True)]
+            text = None
+        res = self.result[start:stop]
+        written = done.view(np.bool_)
+        duplicate = res[:, R_BEST] >= 0
+        tally.new += (np.flatnonzero(written & ~duplicate) + start).tolist()
+        dk = np.flatnonzero(written & duplicate)
+        if dk.shape[0]:
+            keys = np.where(res[dk, _k.R_EXACT] != 0, 0, res[dk, _k.R_HITS]).astype(np.int64).tolist()
+            tally.methods += [_FIRST_METHOD[key] for key in keys]
+            tally.similarities += res[dk, _k.R_JACCARD].tolist()
+            roots = tally.roots
+            for k, (a, b) in zip(dk.tolist(), root_spans[dk].tolist(), strict=True):
+                roots.append(run.root(k) if a < 0 else text[a:b] if text is not None else raw[a:b].decode("utf-8"))
+        return out, np.flatnonzero(~written).tolist()
 
     def joined_bytes(self, i: int, r: int, joins: float) -> bytes:
         """:meth:`joins`' ``D`` value of article ``i`` (row ``r``, ``joins`` lists joined), without
         the anchors' array when it joined all of its anchors' lists (most new articles)."""
         return self._anchor_bytes(r) if joins == self.anchor_count[r] else self.joins(i)[1]
+
+
+@dataclass(slots=True)
+class EventBatch:
+    """A batch decided for a writer of events (:meth:`Deduplicator.decide_batch_events
+    <stream_dedup.engine.Deduplicator.decide_batch_events>`): per article (``items``) its event's
+    JSON where a compiled call wrote it (:meth:`Builder.events`), else its :class:`Decision`; and
+    what the events written so say, for a summary without their decisions: the positions in the
+    batch of the new articles, and each duplicate's method, root id and similarity, in order."""
+    items: list[Decision | str] = field(default_factory=list)
+    new: list[int] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)
+    roots: list[str] = field(default_factory=list)
+    similarities: list[float] = field(default_factory=list)
 
 
 def _joined(parts: list[np.ndarray], dtype: type) -> tuple[np.ndarray, np.ndarray]:
@@ -196,13 +249,14 @@ def _joined(parts: list[np.ndarray], dtype: type) -> tuple[np.ndarray, np.ndarra
 
 def decide_all(engine: Deduplicator, view: BatchView, ids: list[str], prepared: Sequence[Prepared | None],
                builder: Builder, nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
-               receipts: Sequence[bytes | None] | None) -> list[Decision]:
+               receipts: Sequence[bytes | None] | None, tally: EventBatch | None = None) -> list[Decision | str]:
     """The batch's decisions, in order: :func:`~stream_dedup.decide_kernel.decide_run` as far as it goes, each article it
-    stops at by :meth:`Deduplicator._decide <stream_dedup.engine.Deduplicator._decide>`."""
+    stops at by :meth:`Deduplicator._decide <stream_dedup.engine.Deduplicator._decide>`. With a
+    ``tally``, the events of those the compiled calls write instead of their decisions (:func:`_written`)."""
     from .engine import MAX_VERIFY  # (the engine imports this module)
 
     n = len(ids)
-    decisions: list[Decision] = []
+    decisions: list[Decision | str] = []
     c = engine.config
     rules = engine._compiled
     settings = np.array([c.simhash_k, MAX_VERIFY, *engine._short_range, view.buckets.cap, view.lists.cap, _MAX_SEQ,
@@ -215,7 +269,7 @@ def decide_all(engine: Deduplicator, view: BatchView, ids: list[str], prepared: 
                                (rules.jaccard_of, rules.jaccard4_of, rules.rules, rules.params, rules.counts, rules.out,
                                 rules.summary, rules.passed, rules.starts, rules.lengths))
             _note_run(view, builder, i, stop, seq0)
-            decisions += _written(engine, view, builder, ids, i, stop, nows, checkpoints, receipts)
+            decisions += _written(engine, view, builder, ids, i, stop, nows, checkpoints, receipts, tally)
             i = stop
             if i == n:
                 continue
@@ -258,62 +312,103 @@ class FiledRun:
         return out
 
 
+class _RunIds:
+    """The matched and root ids of a run's articles (``res``: their result rows, as Python lists if
+    given; ``run_ids``: their ids, seqs from ``seq0``), read from the run's ids or from the held
+    matches' records in the record store (``held``; nothing is put there before the run's end)."""
+
+    __slots__ = ("res", "rows", "run_ids", "seq0", "ids_of", "held", "roots")
+
+    def __init__(self, res: np.ndarray, rows: list[list[float]] | None, run_ids: list[str], seq0: int,
+                 ids_of: Callable[[memoryview], tuple[str, str]], held: memoryview) -> None:
+        self.res, self.rows, self.run_ids, self.seq0, self.ids_of, self.held = res, rows, run_ids, seq0, ids_of, held
+        self.roots: list[str | None] = [None] * len(run_ids)
+
+    def row(self, k: int) -> list[float]:
+        return self.rows[k] if self.rows is not None else self.res[k].tolist()
+
+    def held_ids(self, at: float, length: float) -> tuple[str, str]:
+        return self.ids_of(self.held[int(at):int(at + length)])
+
+    def root(self, k: int) -> str:
+        """Article ``k``'s root: its own id, or its match's root (a chain of matches filed in the run followed)."""
+        roots, chain = self.roots, []
+        while roots[k] is None:
+            row = self.row(k)
+            if row[_k.R_BEST] < 0:
+                roots[k] = self.run_ids[k]
+            elif row[_k.R_AT] >= 0:
+                roots[k] = self.held_ids(row[_k.R_AT], row[_k.R_LENGTH])[1]
+            else:
+                chain.append(k)
+                k = int(row[_k.R_BEST]) - self.seq0
+        root = roots[k]
+        for j in chain:
+            roots[j] = root
+        return root  # type: ignore[return-value]
+
+    def decision(self, k: int) -> Decision:
+        """Article ``k``'s decision, from its row."""
+        (candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, _, _, at, length,
+         is_exact) = self.row(k)
+        article_id = self.run_ids[k]
+        if best >= 0:
+            if at < 0:  # (a match filed in this run)
+                m = int(best) - self.seq0
+                matched_id, root_id = self.run_ids[m], self.root(m)
+            else:
+                matched_id, root_id = self.held_ids(at, length)
+            self.roots[k] = root_id
+            if is_exact:  # (Deduplicator._decide's exact duplicate)
+                return exact_copy(article_id, int(ham), matched_id, root_id)
+            return verified(article_id, hits, direction, ham, jaccard, cont, matched_id, root_id, int(candidates))
+        if template >= 0:
+            template_id = self.run_ids[int(template) - self.seq0] if at < 0 else self.held_ids(at, length)[0]
+            return look_alike(article_id, template_jaccard, int(candidates), template_id, agreed)
+        return Decision(id=article_id, type="new", candidates=int(candidates))
+
+
 def _written(engine: Deduplicator, view: BatchView, builder: Builder, ids: list[str], start: int, stop: int,
              nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
-             receipts: Sequence[bytes | None] | None) -> list[Decision]:
+             receipts: Sequence[bytes | None] | None, tally: EventBatch | None = None) -> list[Decision | str]:
     """The decisions :func:`~stream_dedup.decide_kernel.decide_run` left for articles ``start:stop``, their records
     made in one compiled call (:func:`~stream_dedup.record_kernel.pack_run`) and written
-    (:meth:`BatchView.write_records`, then the record store's :meth:`~stream_dedup.record_store.RecordStore.put_packed`)."""
+    (:meth:`BatchView.write_records`, then the record store's :meth:`~stream_dedup.record_store.RecordStore.put_packed`).
+
+    With a ``tally``, the events of those :func:`~stream_dedup.event_kernel.write_events` writes
+    take their decisions' place (counted in the tally), and only the others are made in Python."""
     if stop == start:
         return []
-    out = []
-    exacts: list[bytes | None] = []  # (None: not indexed)
-    passages: list[bytes] = []
     seq0 = view.next_seq
     n = stop - start
-    # (the ids of the matched article and of a look-alike's template are read in the record store
-    # where the call found their records: nothing is put in it before this function's end)
-    ids_of, held = engine.index.ids, view.index.record_store.view
-    rows = builder.row_of
-    exact_of = builder.exact_of
+    res = builder.result[start:stop]
     run_ids = ids[start:stop]
-    given: list[bytes] = [b""] * n  # (the stored decisions Python makes: the rest are made compiled)
-    roots: list[str] = []  # (the root of each article of the call: a match filed in the same call, at = -1)
-    # (every article's row of numbers as Python numbers, in one call)
-    for k, (candidates, best, template, agreed, hits, direction, ham, jaccard, cont, template_jaccard, indexed,
-            joins, at, length, is_exact) in enumerate(builder.result[start:stop].tolist()):
-        article_id = run_ids[k]
-        r = rows[start + k]
-        root_id = article_id
-        if best >= 0:  # (a match filed in this call: at = -1, its id and root are this call's)
-            if at < 0:
-                m = int(best) - seq0
-                matched_id, root_id = run_ids[m], roots[m]
-            else:
-                matched_id, root_id = ids_of(held[int(at):int(at + length)])
-            if is_exact:  # (Deduplicator._decide's exact duplicate)
-                decision = exact_copy(article_id, int(ham), matched_id, root_id)
-                given[k] = stored_decision.encode_decision(decision, article_id, root_id)
-            else:
-                decision = verified(article_id, hits, direction, ham, jaccard, cont, matched_id, root_id,
-                                    int(candidates))
-        elif template >= 0:
-            template_id = run_ids[int(template) - seq0] if at < 0 else ids_of(held[int(at):int(at + length)])[0]
-            decision = look_alike(article_id, template_jaccard, int(candidates), template_id, agreed)
-            given[k] = stored_decision.encode_decision(decision, article_id, root_id)
-        else:
-            decision = Decision(id=article_id, type="new", candidates=int(candidates))
-        exacts.append(exact_of[r] if indexed else None)
-        passages.append(builder.joined_bytes(start + k, r, joins) if joins else b"")
-        out.append(decision)
-        roots.append(root_id)
-    for k in _loose_rows(builder.result, start, stop).tolist():  # (their stored form: JSON)
-        d = out[k]
-        given[k] = stored_decision.encode_decision(d, d.id, roots[k])
-    records, ends = builder.pack(start, stop, seq0, nows, run_ids, given, view.index.record_store.buf)
+    run = _RunIds(res, None if tally is not None else res.tolist(), run_ids, seq0, engine.index.ids,
+                  view.index.record_store.view)
+    # the stored decisions Python makes (the rest are made compiled): look-alikes', and verified
+    # duplicates' whose values the compact form cannot hold (their stored form: JSON)
+    given: list[bytes] = [b""] * n
+    made: dict[int, Decision] = {}
+    for k in sorted([*np.flatnonzero((res[:, R_BEST] < 0) & (res[:, _k.R_TEMPLATE] >= 0)).tolist(),
+                     *_loose_rows(builder.result, start, stop).tolist()]):
+        d = made[k] = run.decision(k)
+        given[k] = stored_decision.encode_decision(d, d.id, run.root(k))
+    rows, exact_of, joined_bytes = builder.row_of[start:stop], builder.exact_of, builder.joined_bytes
+    exacts = [exact_of[r] if indexed else None for r, indexed in zip(rows, res[:, R_INDEXED].tolist(), strict=True)]
+    passages = [joined_bytes(start + k, r, joins) if joins else b""
+                for k, (r, joins) in enumerate(zip(rows, res[:, R_JOINS].tolist(), strict=True))]
+    store = view.index.record_store
+    records, ends = builder.pack(start, stop, seq0, nows, run_ids, given, store.buf)
+    out: list[Decision | str]
+    if tally is None:
+        out = [made.get(k) or run.decision(k) for k in range(n)]
+    else:
+        out, left = builder.events(start, stop, seq0, records, ends, store.buf, tally, run)  # type: ignore[assignment]
+        for k in left:
+            out[k] = made.get(k) or run.decision(k)
     data, at_end = records.tobytes(), ends.tolist()
     view.write_records([data[a:b] for a, b in zip([0, *at_end[:-1]], at_end, strict=True)], run_ids, exacts, passages,
                        nows[start:stop], checkpoints[start:stop] if checkpoints else None,
                        receipts[start:stop] if receipts else None)
-    view.index.record_store.put_packed(seq0, records, ends)
+    store.put_packed(seq0, records, ends)
     return out

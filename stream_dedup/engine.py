@@ -46,6 +46,7 @@ import numpy as np
 
 from . import candidate_rules, passages, rewrite, stored_decision
 from .batch import NO_KEYS, BatchView, Prepared, run_batch
+from .batch_decisions import EventBatch
 from .config import EngineConfig
 from .decision import METHODS, Decision, exact_copy, look_alike, verified  # noqa: F401  (METHODS: re-exported)
 from .fingerprint import Fingerprint, Fingerprinter
@@ -128,9 +129,7 @@ class Deduplicator(PythonRules):
     def process_batch(self, articles: Sequence[Article], now: float | None = None,
                       checkpoints: Sequence[tuple[str, int] | None] | None = None) -> list[Decision]:
         """:meth:`process` on each article in order, in one atomic write (see :meth:`decide_batch`)."""
-        return self._batch([a.id for a in articles],
-                           lambda at: FingerprintBatch.of(self.fingerprinter, [(articles[i].text, articles[i].is_html)
-                                                                               for i in at]), now, checkpoints)
+        return self._batch(*self._texts(articles), now, checkpoints)  # type: ignore[return-value]
 
     def decide_batch(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None] | FingerprintBatch,
                      now: float | Sequence[float] | None = None,
@@ -148,10 +147,37 @@ class Deduplicator(PythonRules):
         the articles (what ``dedup``'s fingerprint processes send): the batch is then decided from its
         arrays, and from the bucket keys made with it (:class:`stream_dedup.batch.KeyMaker`).
         """
+        return self._batch(*self._given(ids, fingerprints), now, checkpoints, receipts)  # type: ignore[return-value]
+
+    def decide_batch_events(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None] | FingerprintBatch,
+                            now: float | Sequence[float] | None = None,
+                            checkpoints: Sequence[tuple[str, int] | None] | None = None) -> EventBatch:
+        """:meth:`decide_batch` for a writer of events (the ``dedup`` command): the same decisions
+        and writes, but where a compiled call writes an article's event (:mod:`stream_dedup.event_kernel`:
+        the text of :meth:`Decision.event_json`) the :class:`EventBatch` has that text in place of a
+        :class:`Decision` object, and counts what it says."""
+        events = EventBatch()
+        events.items = self._batch(*self._given(ids, fingerprints), now, checkpoints, events=events)
+        return events
+
+    def process_batch_events(self, articles: Sequence[Article], now: float | None = None,
+                             checkpoints: Sequence[tuple[str, int] | None] | None = None) -> EventBatch:
+        """:meth:`process_batch` as :meth:`decide_batch_events` gives it."""
+        events = EventBatch()
+        events.items = self._batch(*self._texts(articles), now, checkpoints, events=events)
+        return events
+
+    def _given(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None] | FingerprintBatch
+               ) -> tuple[list[str], Callable[[list[int]], list[Fingerprint] | FingerprintBatch]]:
+        """The ids, and the fingerprints at given positions (all of a batch: the batch itself)."""
         ids = list(ids)
         as_batch = isinstance(fingerprints, FingerprintBatch)  # (decided from its arrays when all are asked for)
-        return self._batch(ids, lambda at: fingerprints if as_batch and len(at) == len(ids)
-                           else [fingerprints[i] for i in at], now, checkpoints, receipts)
+        return ids, lambda at: fingerprints if as_batch and len(at) == len(ids) else [fingerprints[i] for i in at]
+
+    def _texts(self, articles: Sequence[Article]) -> tuple[list[str], Callable[[list[int]], FingerprintBatch]]:
+        """The articles' ids, and the fingerprints of their texts at given positions."""
+        return [a.id for a in articles], lambda at: FingerprintBatch.of(
+            self.fingerprinter, [(articles[i].text, articles[i].is_html) for i in at])
 
     def receipt(self, token: bytes) -> tuple[int, bool] | None:
         """``(checkpoint offset, replayed)`` of the delivery ``token`` if it was decided, else None.
@@ -175,10 +201,11 @@ class Deduplicator(PythonRules):
         art = self.index.article(seq) if seq is not None else None
         return None if art is None else Decision.from_stored(art.decision, art.article_id)
 
-    def _batch(self, ids: list[str], fingerprints: Callable[[list[int]], list[Fingerprint]],
+    def _batch(self, ids: list[str], fingerprints: Callable[[list[int]], list[Fingerprint] | FingerprintBatch],
                now: float | Sequence[float] | None,
                checkpoints: Sequence[tuple[str, int] | None] | None,
-               receipts: Sequence[bytes | None] | None = None) -> list[Decision]:
+               receipts: Sequence[bytes | None] | None = None,
+               events: EventBatch | None = None) -> list[Decision | str]:
         if now is None:
             now = time.time()
         if isinstance(now, (int, float)):
@@ -189,7 +216,7 @@ class Deduplicator(PythonRules):
             nows = now
         if nows:
             self._maybe_evict(nows[0])  # once per batch, before it (see decide_batch)
-        return run_batch(self, ids, fingerprints, nows, checkpoints, receipts)
+        return run_batch(self, ids, fingerprints, nows, checkpoints, receipts, events)
 
     def _decide(self, view: BatchView, article_id: str, prep: Prepared | None, now: float,
                 checkpoint: tuple[str, int] | None, receipt: bytes | None = None) -> Decision:

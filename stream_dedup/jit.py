@@ -49,7 +49,7 @@ PACKAGE_DIR = Path(__file__).parent
 KERNEL_MODULES = ("stream_dedup.kernels", "stream_dedup.identity", "stream_dedup.passages", "stream_dedup.list_table",
                   "stream_dedup.band_table", "stream_dedup.simhash_table", "stream_dedup.candidate_rules",
                   "stream_dedup.fingerprint_kernel", "stream_dedup.record_store", "stream_dedup.decide_kernel",
-                  "stream_dedup.addresses", "stream_dedup.record_kernel")
+                  "stream_dedup.addresses", "stream_dedup.record_kernel", "stream_dedup.event_kernel")
 AOT_NAME = "_aot_kernels"
 INDEX_FILE = PACKAGE_DIR / f"{AOT_NAME}.json"
 FORCE_JIT_ENV = "STREAM_DEDUP_JIT"

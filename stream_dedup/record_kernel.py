@@ -9,11 +9,11 @@ short items (a ``struct`` pack and a join per record, the stored form's bytes, t
 records joined again for the store).
 
 The stored decision is made here for a new article without a look-alike (the header, and the
-candidates' varint from 7 on) and for a duplicate the compiled rules verified (the header of its
-rule bits and direction, its root as a reference, Jaccard, Hamming distance, containment, the
-matched id as a reference or its UTF-8, the candidates' varint): the bytes
-:func:`stream_dedup.stored_decision.encode_decision` makes of its decision. Any other's stored form (an exact
-duplicate, a look-alike, a value the compact form does not hold exactly) comes made by Python
+candidates' varint from 7 on) and for a duplicate the compiled rules verified or found exact (the
+header of its rule bits and direction, or the exact one; its root as a reference, Jaccard, Hamming
+distance, containment, the matched id as a reference or its UTF-8, the candidates' varint): the
+bytes :func:`stream_dedup.stored_decision.encode_decision` makes of its decision. Any other's
+stored form (a look-alike, a value the compact form does not hold exactly) comes made by Python
 (``given``). ``tests/engine/test_record_kernel.py`` compares both with the Python encoders.
 
 Ids: the run's article ids come as UTF-8 end to end. A match filed earlier in the run has its id and
@@ -151,7 +151,7 @@ def _grown(out, used, need):
 @kernel
 def pack_run(result, start, stop, seq0, rows, first_seen, simhashes, sizes, exacts, signature_u8, sig_size,
              identity_u8, identity_at, anchors_at, words, has_words, id_u8, id_at, given_u8, given_at, verified_heads,
-             new_head, buf, ends):
+             exact_head, new_head, buf, ends):
     """The records of articles ``start:stop`` of a batch (seqs from ``seq0``), end to end in the
     array returned, record ``k`` ending at ``ends[k]`` (the caller puts them in the record store:
     :meth:`~stream_dedup.record_store.RecordStore.put_packed`).
@@ -163,7 +163,7 @@ def pack_run(result, start, stop, seq0, rows, first_seen, simhashes, sizes, exac
     anchors' count), content-word bitmaps (``words``, ``has_words``). Per article of the run:
     ``first_seen`` (the float64's bits), its id (``id_u8[id_at[k]:id_at[k + 1]]``) and its stored
     decision if Python made it (``given_u8[given_at[k]:given_at[k + 1]]``; empty: made here).
-    ``verified_heads[hits, direction]`` and ``new_head``: the stored decisions' header bits
+    ``verified_heads[hits, direction]``, ``exact_head`` and ``new_head``: the stored decisions' header bits
     (:mod:`stream_dedup.stored_decision`). ``buf``: the record store's, where the held matches'
     records are (``R_AT``)."""
     n = stop - start
@@ -259,7 +259,8 @@ def pack_run(result, start, stop, seq0, rows, first_seen, simhashes, sizes, exac
             p += given
         else:
             if best >= 0:
-                h = verified_heads[np.int64(res[_R_HITS]), np.int64(res[_R_DIRECTION])]
+                h = exact_head if res[_R_EXACT] != 0 else \
+                    verified_heads[np.int64(res[_R_HITS]), np.int64(res[_R_DIRECTION])]
             else:
                 h = new_head
             h |= min(candidates, _INLINE) << 21

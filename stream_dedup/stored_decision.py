@@ -48,7 +48,7 @@ from .decision import _METHODS_OF_HITS, _STORED_FIELDS, METHODS
 if TYPE_CHECKING:
     from .decision import Decision
 
-__all__ = ["NEW_HEAD", "TAG", "VERIFIED_HEADS", "decode", "encode", "encode_decision"]
+__all__ = ["EXACT_HEAD", "NEW_HEAD", "TAG", "VERIFIED_HEADS", "decode", "encode", "encode_decision"]
 
 TAG = 0x01
 _N = len(_STORED_FIELDS)  # 12
@@ -133,11 +133,11 @@ def encode_decision(decision: Decision, article_id: str, root_id: str) -> bytes:
         return orjson.dumps(d.to_stored())
 
 
-def _verified_head(hits: int, direction: int) -> int:
-    """The header bits (:func:`_compact_fields`) of a verified duplicate's decision but its candidates':
-    type, duplicate_of (its root: the record's), similarity, method, hamming distance, containment,
-    matched id, methods, candidates present, and its direction if it has one."""
-    methods = _METHODS_OF_HITS[hits]
+def _duplicate_head(methods: tuple[str, ...], direction: int) -> int:
+    """The header bits (:func:`_compact_fields`) of a duplicate's decision (``methods`` found, a
+    direction code) but its candidates': type, duplicate_of (its root: the record's), similarity,
+    method, hamming distance, containment, matched id, methods, candidates present, and its
+    direction if it has one."""
     h = (_TYPE_CODE["duplicate-of"] | 0x2 | 0x4 | _METHOD_CODE[methods[0]] | 0x8 | 0x10 | 0x20 | 0x40
          | _MASK_OF[methods] | 0x80 | 0x100)
     name = _DIRECTION_OF_CODE[direction]
@@ -309,8 +309,10 @@ def _read_string(data: bytes, pos: int, article_id: str, root_id: str, prev: str
 #: the header bits of a verified duplicate's decision but its candidates', by its rule bits (1-15) and direction
 #: code (0-2), for the compiled records (:func:`stream_dedup.record_kernel.pack_run`; row 0 unused)
 VERIFIED_HEADS = np.array([[0] * len(_DIRECTION_OF_CODE)]
-                          + [[_verified_head(hits, d) for d in range(len(_DIRECTION_OF_CODE))] for hits in range(1, 16)],
-                          dtype=np.int64)
+                          + [[_duplicate_head(_METHODS_OF_HITS[hits], d) for d in range(len(_DIRECTION_OF_CODE))]
+                             for hits in range(1, 16)], dtype=np.int64)
+#: the header bits of an exact duplicate's decision but its candidates' (:func:`stream_dedup.decision.exact_copy`)
+EXACT_HEAD = _duplicate_head(("exact",), 0)
 #: the header bits of a new article's decision without a look-alike but its candidates'
 #: (``Decision(type="new", candidates=k)``: type, methods (none) and candidates present)
 NEW_HEAD = _TYPE_CODE["new"] | _MASK_OF[()] | 0x80 | 0x100

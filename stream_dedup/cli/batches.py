@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from ..record import PROCESSING_ERROR, RecordError, parse_record
 
 if TYPE_CHECKING:
+    from ..batch_decisions import EventBatch
     from ..engine import Deduplicator
     from ..fingerprint import Fingerprint
     from ..fingerprint_batch import FingerprintBatch
@@ -40,8 +41,9 @@ AHEAD = 3  # batches handed to the pool before the oldest is decided (2: ~6 % sl
 #: a line read: (line number, bytes, the line, its article (or what a fingerprint process parsed of it) or
 #: None, the error that rejects it or None)
 Line = tuple[int, int, bytes, "Article | Parsed | None", "Exception | None"]
-#: a batch of lines and the decision (or exception) of each of its articles, in order
-Decided = tuple[list[Line], list[object]]
+#: a batch of lines and its articles' events (:class:`~stream_dedup.batch_decisions.EventBatch`), or
+#: the decision (or exception) of each of its articles in order (a batch decided one record at a time)
+Decided = tuple[list[Line], "EventBatch | list[object]"]
 
 
 def widen_pipe(fd: int) -> int | None:
@@ -217,17 +219,18 @@ class BatchDecider:
 
 
 def decide_batch(dedup: Deduplicator, articles: list[Article | Parsed], checkpoints: list[tuple[str, int]],
-                 fingerprints: list[Fingerprint] | FingerprintBatch | None = None) -> list[object]:
-    """Their decisions in one batch (on ``fingerprints`` if given, else fingerprinted here from the
-    articles' texts); if the batch raises (it then writes nothing), one at a time (on the same
-    fingerprints when given: what a fingerprint process parsed holds no text), so that a failing
-    record gets its exception in place of a decision and the others are decided."""
+                 fingerprints: list[Fingerprint] | FingerprintBatch | None = None) -> EventBatch | list[object]:
+    """Their events in one batch (on ``fingerprints`` if given, else fingerprinted here from the
+    articles' texts: :meth:`Deduplicator.decide_batch_events`); if the batch raises (it then writes
+    nothing), their decisions one at a time (on the same fingerprints when given: what a
+    fingerprint process parsed holds no text), so that a failing record gets its exception in
+    place of a decision and the others are decided."""
     if not articles:
         return []
     try:
         if fingerprints is None:
-            return dedup.process_batch(articles, checkpoints=checkpoints)  # type: ignore[arg-type]
-        return dedup.decide_batch([a.id for a in articles], fingerprints, checkpoints=checkpoints)
+            return dedup.process_batch_events(articles, checkpoints=checkpoints)  # type: ignore[arg-type]
+        return dedup.decide_batch_events([a.id for a in articles], fingerprints, checkpoints=checkpoints)
     except Exception as exc:  # noqa: BLE001 - reported per record by the caller
         if len(articles) == 1:
             return [exc]

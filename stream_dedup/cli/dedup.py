@@ -282,6 +282,10 @@ def run_dedup(args: argparse.Namespace) -> int:
             """Write a decided batch's events and rejects and count its lines in input order, as if one at a time."""
             nonlocal rejects, target, lineno
             batch, decisions = decided
+            counted = not isinstance(decisions, list)  # (an EventBatch: counted at once)
+            if counted:
+                summary.count_events(decisions, [article for _, _, _, article, _ in batch if article is not None])
+                decisions = decisions.items
             results = iter(decisions)
             events: list[str] = []  # written together (one write of the batch's events, not one per record)
             for lineno, nbytes, raw, article, error in batch:  # noqa: B007 - lineno: the line written last
@@ -299,7 +303,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                             log.warning("line %d: processing failed: %s: %s", lineno, type(exc).__name__, exc)
                             log.debug("line %d: processing failed", lineno, exc_info=exc)
                             raise RecordError(PROCESSING_ERROR, f"{type(exc).__name__}: {exc}") from exc
-                        event = decision.event_json()
+                        event = decision if type(decision) is str else decision.event_json()
                     except (RecordError, UnicodeEncodeError) as err:
                         reason = err.reason if isinstance(err, RecordError) else PROCESSING_ERROR
                         summary.rejects[reason] += 1
@@ -312,7 +316,8 @@ def run_dedup(args: argparse.Namespace) -> int:
                                                   "record": sample, "truncated": len(raw) > keep},
                                                  ensure_ascii=True) + "\n")
                     else:
-                        summary.count(article, decision)
+                        if not counted:
+                            summary.count(article, decision)
                         events.append(event)
                 summary.last_line = lineno
                 progress.update(summary, nbytes)

@@ -6,8 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import RunError
+
+if TYPE_CHECKING:
+    from ..batch_decisions import EventBatch
 
 #: titles kept for the cluster table and similarities kept for the report (memory bound on huge inputs)
 MAX_TITLES = 200_000
@@ -97,6 +101,51 @@ class Summary:
             self.new += 1
             if article.title and len(self.titles) < MAX_TITLES:
                 self.titles[article.id] = article.title
+
+
+    def count_events(self, batch: EventBatch, articles: list) -> None:
+        """Count a batch's decisions at once: ``batch``'s items (events written compiled, counted by
+        what the batch says of them, and decisions) on ``articles``, in order."""
+        decided = [(i, d) for i, d in enumerate(batch.items) if type(d) is not str]
+        new = batch.new
+        similarities = batch.similarities
+        if decided:  # (counted as count() does, the titles and similarities below)
+            new = new.copy()
+            similarities = []
+            for i, d in decided:
+                if d.seen_before:
+                    self.repeated_ids += 1
+                if d.is_duplicate:
+                    self.duplicates += 1
+                    self.by_method[d.method] += 1
+                    self.clusters[d.duplicate_of] += 1
+                    if d.similarity is not None:
+                        similarities.append((i, d.similarity))
+                else:
+                    new.append(i)
+            new.sort()
+            if similarities or len(self.similarities) + len(batch.similarities) > MAX_SIMILARITIES:
+                # (in the batch's order: the first MAX_SIMILARITIES are kept)
+                written_new = set(batch.new)
+                at = [i for i, item in enumerate(batch.items) if type(item) is str and i not in written_new]
+                similarities = [v for _, v in sorted([*zip(at, batch.similarities, strict=True), *similarities])]
+            else:
+                similarities = batch.similarities
+        self.new += len(new)
+        self.duplicates += len(batch.methods)
+        self.by_method.update(batch.methods)
+        self.clusters.update(batch.roots)
+        room = MAX_SIMILARITIES - len(self.similarities)
+        if room > 0:
+            self.similarities += similarities[:room]
+        titles = self.titles
+        if len(titles) < MAX_TITLES:
+            for i in new:
+                article = articles[i]
+                if article.title:
+                    titles[article.id] = article.title
+                    if len(titles) >= MAX_TITLES:
+                        break
 
 
 def write_report(path: str, summary: Summary, source: str) -> None:

@@ -3,6 +3,7 @@ index as one-by-one decisions, most articles decided by the kernel, and a failed
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -65,33 +66,44 @@ def _index_state(d: Deduplicator) -> tuple:
             index.next_seq, index.count)
 
 
-def _run(articles: list[Article], state: Path, size: int, config: EngineConfig | None = None) -> tuple[list[dict], tuple]:
+def _run(articles: list[Article], state: Path, size: int, config: EngineConfig | None = None,
+         written: bool = False) -> tuple[list[dict], tuple]:
+    """The events and index of batches of ``size``; ``written``: the events as the ``dedup``
+    command gets them (Deduplicator.process_batch_events: written compiled, read back here, or the
+    decisions Python made; the text itself: tests/engine/test_event_kernel.py, tests/cli/test_summary.py)."""
     with Deduplicator(config or EngineConfig(), state) as d:
         events = []
         for i in range(0, len(articles), size):
-            events += [x.to_event() for x in d.process_batch(articles[i:i + size], now=NOW)]
+            if written:
+                items = d.process_batch_events(articles[i:i + size], now=NOW).items
+                assert any(type(x) is str for x in items)
+                events += [json.loads(x) if type(x) is str else x.to_event() for x in items]
+            else:
+                events += [x.to_event() for x in d.process_batch(articles[i:i + size], now=NOW)]
         return events, _index_state(d)
 
 
 @pytest.mark.shared_data
-@pytest.mark.parametrize("shape", ["short", "long"])
+@pytest.mark.parametrize("shape", ["short", "long", "short written"])
 def test_kernel_decides_most_articles_as_one_by_one(tmp_path: Path, shared_stream, monkeypatch: pytest.MonkeyPatch,
                                                     shape: str) -> None:
     """On 1,500 records of the shared stream, as short items and whole: batches of 256 give the
     events and the index (records, bucket, passage and SimHash lists) of one article at a time, and
-    the kernel decides most of them (a fast path silently off fails here)."""
+    the kernel decides most of them (a fast path silently off fails here); so do the events
+    written compiled (``written``: the dedup command's)."""
     config = EngineConfig()
     records = shared_stream(1500)[0]
-    articles = [article_from_object(r, config) for r in (_short(records) if shape == "short" else records)]
+    articles = [article_from_object(r, config) for r in (_short(records) if shape.startswith("short") else records)]
     reference, reference_index = _run(articles, tmp_path / "one", 1)
     counted = Counted(monkeypatch)
-    events, index = _run(articles, tmp_path / "batch", 256)
+    events, index = _run(articles, tmp_path / "batch", 256, written=shape.endswith("written"))
     assert sum(e["type"] == "duplicate-of" for e in reference) > len(articles) // 4
     diff = [(r, e) for r, e in zip(reference, events, strict=True) if r != e]
     assert not diff, f"{len(diff)} events differ, first {diff[0]}"
     assert index == reference_index
     assert counted.kernel + counted.python == len(articles)
-    assert counted.kernel > (0.85 if shape == "short" else 0.5) * len(articles), (counted.kernel, counted.python)
+    assert counted.kernel > (0.85 if shape.startswith("short") else 0.5) * len(articles), (counted.kernel,
+                                                                                            counted.python)
 
 
 @pytest.mark.shared_data
