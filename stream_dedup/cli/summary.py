@@ -139,7 +139,9 @@ class Summary:
         if room > 0:
             self.similarities += similarities[:room]
         titles = self.titles
-        if len(titles) < MAX_TITLES:
+        if len(new) <= MAX_TITLES - len(titles):  # (room for all: no count to watch)
+            titles.update({a.id: a.title for a in map(articles.__getitem__, new) if a.title})
+        elif len(titles) < MAX_TITLES:
             for i in new:
                 article = articles[i]
                 if article.title:
