@@ -38,7 +38,7 @@ from .band_table import BandTable, bucket_keys
 from .batch_decisions import _WORD_BYTES, Builder, EventBatch, FiledRun, _joined, decide_all
 from .fingerprint import Fingerprint
 from .fingerprint_batch import FingerprintBatch
-from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64, record_writes
+from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64, run_writes
 from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
 from .passages import NO_ANCHORS
 from .record_store import _store_put
@@ -431,20 +431,34 @@ class BatchView:
     def write_records(self, records: list[bytes], ids: list[str], exacts: list[bytes | None], passages: list[bytes],
                       nows: Sequence[float], checkpoints: Sequence[tuple[str, int] | None] | None,
                       receipts: Sequence[bytes | None] | None) -> None:
-        """The writes of packed records (:func:`~stream_dedup.index.record_writes`), as those of the
+        """The writes of packed records (:func:`~stream_dedup.index.run_writes`), as those of the
         next seqs in order: ``exacts[i]`` None if article ``i`` is not indexed, ``passages[i]`` its
         ``D`` value. Not put in the record store: the caller puts them all at once
         (:meth:`RecordStore.put_packed`) before any is read there."""
         if not records:
             return
-        seq0 = self.next_seq
-        self.index.check_seq(seq0 + len(records) - 1)
-        for k, (record, article_id, exact, passage, now) in enumerate(zip(records, ids, exacts, passages, nows,
-                                                                          strict=True)):
-            seq = seq0 + k
-            points, time_key = record_writes(seq, record, self.id_key(article_id), exact, passage, now)
-            self._apply(seq, points, time_key, checkpoints[k] if checkpoints else None,
-                        receipts[k] if receipts else None)
+        seq0, n = self.next_seq, len(records)
+        self.index.check_seq(seq0 + n - 1)
+        points, times = run_writes(seq0, records, [self.id_key(i) for i in ids], exacts, passages, nows)
+        put, cf, tf = self.batch.put, self.points_family, self.time_family
+        for key, value in points:  # (the points family's, read again by this batch: known)
+            put(key, value, cf)
+        self.known_points.update(points)
+        for key in times:
+            put(key, b"", tf)
+        self.written.update(zip(range(seq0, seq0 + n), records, strict=True))
+        self.next_seq, self.count = seq0 + n, self.count + n
+        self.writes += len(points) + n
+        if receipts:
+            for checkpoint, receipt in zip(checkpoints or [None] * n, receipts, strict=True):
+                if checkpoint is not None or receipt is not None:
+                    self.mark(checkpoint, receipt, False)
+        elif checkpoints:  # (mark's: the last offset of each name, put at commit)
+            marks = self.checkpoints
+            for checkpoint in checkpoints:
+                if checkpoint is not None:
+                    marks[checkpoint[0]] = checkpoint[1]
+                    self.writes += 1
 
     def _apply(self, seq: int, points: list[tuple[bytes, bytes]], time_key: bytes, checkpoint: tuple[str, int] | None,
                receipt: bytes | None) -> None:

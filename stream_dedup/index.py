@@ -55,7 +55,7 @@ import os
 import struct
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -651,13 +651,28 @@ def record_writes(seq: int, record: bytes, id_key: bytes, exact: bytes | None, p
                   first_seen: float) -> tuple[list[tuple[bytes, bytes]], bytes]:
     """:meth:`Index.article_writes` of an article whose record is packed: its ``A``, ``I``, ``X`` (if
     ``exact``: indexed) and ``D`` (if ``passages``) writes, and its key in the time family."""
-    s8, s4 = _u64(seq), seq.to_bytes(4, "big")  # seqs fit 4 bytes (check_seq)
-    points = [(b"A" + s8, record), (id_key, s4)]
-    if exact is not None:
-        points.append((b"X" + exact, s4))
-    if passages:
-        points.append((DELETE_PREFIX + s8, passages))
-    return points, _u64(int(first_seen * 1000)) + s8
+    points, times = run_writes(seq, [record], [id_key], [exact], [passages], [first_seen])
+    return points, times[0]
+
+
+def run_writes(seq0: int, records: list[bytes], id_keys: list[bytes], exacts: list[bytes | None],
+               passages: list[bytes], first_seen: Sequence[float]) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
+    """:func:`record_writes` of consecutive articles from seq ``seq0``: all their point writes in
+    order, and their keys in the time family."""
+    points: list[tuple[bytes, bytes]] = []
+    times: list[bytes] = []
+    pack = _U64.pack
+    for k, (record, id_key, exact, passage, now) in enumerate(zip(records, id_keys, exacts, passages, first_seen,
+                                                                  strict=True)):
+        s8 = pack(seq0 + k)
+        s4 = s8[4:]  # (seqs fit 4 bytes: check_seq)
+        points += ((b"A" + s8, record), (id_key, s4))
+        if exact is not None:
+            points.append((b"X" + exact, s4))
+        if passage:
+            points.append((DELETE_PREFIX + s8, passage))
+        times.append(pack(int(now * 1000)) + s8)
+    return points, times
 
 
 def _families_of(path: Path) -> list[str]:
