@@ -286,6 +286,17 @@ def run_dedup(args: argparse.Namespace) -> int:
             if counted:
                 summary.count_events(decisions, [article for _, _, _, article, _ in batch if article is not None])
                 decisions = decisions.items
+                if stats is None and len(decisions) == len(batch):  # (every line a record: its event at once)
+                    written = _events_of(decisions)
+                    if written is not None:
+                        lineno = batch[-1][0]
+                        summary.lines += len(batch)
+                        summary.last_line = lineno
+                        progress.update(summary, sum([nbytes for _, nbytes, _, _, _ in batch]), now=True)
+                        write_events(written)
+                        if signals.received is not None:
+                            raise Interrupted()
+                        return
             results = iter(decisions)
             events: list[str] = []  # written together (one write of the batch's events, not one per record)
             for lineno, nbytes, raw, article, error in batch:  # noqa: B007 - lineno: the line written last
@@ -415,6 +426,15 @@ def run_dedup(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"  report written to {args.report}", file=sys.stderr)
     return code
+
+
+def _events_of(items: list) -> list[str] | None:
+    """The event of each of a batch's items (written compiled, or a decision's), or None if one
+    fails (the batch is then handled a line at a time: that record rejected, with its reason)."""
+    try:
+        return [d if type(d) is str else d.event_json() for d in items]
+    except Exception:  # noqa: BLE001 - handled again one line at a time
+        return None
 
 
 def _is_file(source: IO[bytes]) -> bool:

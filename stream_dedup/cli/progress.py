@@ -30,11 +30,12 @@ class Progress:
                             file=sys.stderr, ncols=size.columns, nrows=size.lines, mininterval=0.2,
                             leave=False, desc="stream-dedup")
 
-    def update(self, summary: Summary, nbytes: int) -> None:
+    def update(self, summary: Summary, nbytes: int, now: bool = False) -> None:
+        """``nbytes`` more read; shown every 64 lines, or ``now`` (a batch of lines at once)."""
         if self.bar is None:
             return
         self.pending += nbytes
-        if summary.lines % 64 == 0:
+        if now or summary.lines % 64 == 0:
             self.bar.update(self.pending)
             self.pending = 0
             dup = summary.duplicates / summary.records if summary.records else 0.0
