@@ -88,20 +88,10 @@ class Summary:
 
 
     def count(self, article: object, decision: object) -> None:
-        """Count the decision on ``article``."""
-        if decision.seen_before:
-            self.repeated_ids += 1
-        if decision.is_duplicate:
-            self.duplicates += 1
-            self.by_method[decision.method] += 1
-            self.clusters[decision.duplicate_of] += 1
-            if len(self.similarities) < MAX_SIMILARITIES and decision.similarity is not None:
-                self.similarities.append(decision.similarity)
-        else:
-            self.new += 1
-            if article.title and len(self.titles) < MAX_TITLES:
-                self.titles[article.id] = article.title
+        """Count the decision on ``article`` (a batch of one: :meth:`count_events`)."""
+        from ..batch_decisions import EventBatch
 
+        self.count_events(EventBatch(items=[decision]), [article])
 
     def count_events(self, batch: EventBatch, articles: list) -> None:
         """Count a batch's decisions at once: ``batch``'s items (events written compiled, counted by
