@@ -27,7 +27,7 @@ from . import decide_kernel as _k
 from . import rewrite, stored_decision
 from .decide_kernel import R_BEST, R_COLUMNS, R_INDEXED, R_JOINS, _decide_run
 from .decision import _METHODS_OF_HITS, Decision, exact_copy, look_alike, verified
-from .event_kernel import FRAGMENTS, _write_events
+from .event_kernel import COMPACT_FRAGMENTS, FRAGMENTS, _write_events
 from .index import _MAX_SEQ
 from .index_record import _LENGTHS, _RECORD
 from .passages import ANCHOR_BYTES, anchor_bytes
@@ -194,8 +194,8 @@ class Builder:
         event_ends = np.zeros(n, dtype=np.int64)
         done = np.zeros(n, dtype=np.uint8)
         root_spans = np.zeros((n, 2), dtype=np.int64)
-        data = _write_events(self.result, start, stop, seq0, records, ends, self.signature_size, buf, *FRAGMENTS,
-                             event_ends, done, root_spans)
+        data = _write_events(self.result, start, stop, seq0, records, ends, self.signature_size, buf,
+                             *(COMPACT_FRAGMENTS if tally.compact else FRAGMENTS), event_ends, done, root_spans)
         raw = data.tobytes()
         text = raw.decode("utf-8")
         at = event_ends.tolist()
@@ -208,6 +208,9 @@ class Builder:
         written = done.view(np.bool_)
         duplicate = res[:, R_BEST] >= 0
         tally.new += (np.flatnonzero(written & ~duplicate) + start).tolist()
+        wk = np.flatnonzero(written)
+        tally.written += (wk + start).tolist()
+        tally.candidates += res[wk, _k.R_CANDIDATES].astype(np.int64).tolist()
         dk = np.flatnonzero(written & duplicate)
         if dk.shape[0]:
             keys = np.where(res[dk, _k.R_EXACT] != 0, 0, res[dk, _k.R_HITS]).astype(np.int64).tolist()
@@ -232,10 +235,15 @@ class EventBatch:
     what the events written so say, for a summary without their decisions: the positions in the
     batch of the new articles, and each duplicate's method, root id and similarity, in order."""
     items: list[Decision | str] = field(default_factory=list)
+    #: the events in orjson's compact form (the worker's), not ``event_json``'s
+    compact: bool = False
     new: list[int] = field(default_factory=list)
     methods: list[str] = field(default_factory=list)
     roots: list[str] = field(default_factory=list)
     similarities: list[float] = field(default_factory=list)
+    #: the positions of all the events written compiled, in order, and their articles' candidates
+    written: list[int] = field(default_factory=list)
+    candidates: list[int] = field(default_factory=list)
 
 
 def _joined(parts: list[np.ndarray], dtype: type) -> tuple[np.ndarray, np.ndarray]:

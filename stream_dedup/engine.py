@@ -151,13 +151,15 @@ class Deduplicator(PythonRules):
 
     def decide_batch_events(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None] | FingerprintBatch,
                             now: float | Sequence[float] | None = None,
-                            checkpoints: Sequence[tuple[str, int] | None] | None = None) -> EventBatch:
-        """:meth:`decide_batch` for a writer of events (the ``dedup`` command): the same decisions
-        and writes, but where a compiled call writes an article's event (:mod:`stream_dedup.event_kernel`:
-        the text of :meth:`Decision.event_json`) the :class:`EventBatch` has that text in place of a
-        :class:`Decision` object, and counts what it says."""
-        events = EventBatch()
-        events.items = self._batch(*self._given(ids, fingerprints), now, checkpoints, events=events)
+                            checkpoints: Sequence[tuple[str, int] | None] | None = None,
+                            receipts: Sequence[bytes | None] | None = None, compact: bool = False) -> EventBatch:
+        """:meth:`decide_batch` for a writer of events (the ``dedup`` command, the worker): the same
+        decisions and writes, but where a compiled call writes an article's event
+        (:mod:`stream_dedup.event_kernel`: the text of :meth:`Decision.event_json`, or with
+        ``compact`` that of ``orjson.dumps(decision.to_event())``) the :class:`EventBatch` has that
+        text in place of a :class:`Decision` object, and counts what it says."""
+        events = EventBatch(compact=compact)
+        events.items = self._batch(*self._given(ids, fingerprints), now, checkpoints, receipts, events=events)
         return events
 
     def process_batch_events(self, articles: Sequence[Article], now: float | None = None,

@@ -42,7 +42,7 @@ from .record_kernel import _LENGTHS, RECORD_HEAD, _at, _be16
 if compiling():
     from .addresses import copy_into
 
-__all__ = ["FRAGMENTS", "write_events"]
+__all__ = ["COMPACT_FRAGMENTS", "FRAGMENTS", "write_events"]
 
 # the result's columns this reads (decide_kernel.R_*: tests/engine/test_event_kernel.py checks them)
 _R_CANDIDATES, _R_BEST, _R_TEMPLATE, _R_HITS, _R_DIRECTION, _R_HAMMING, _R_JACCARD, _R_CONTAINMENT, _R_AT, \
@@ -56,7 +56,9 @@ _METHOD_NAME = 15    # + the method key: 0 exact, 1-15 the rule bits (the first 
 _METHOD_LIST = 31    # + the method key: the methods' list
 
 
-def _fragments() -> list[bytes]:
+def _fragments(compact: bool = False) -> list[bytes]:
+    """The pieces of :data:`FRAGMENTS`; ``compact``: without the spaces after ``:`` and ``,`` (orjson's
+    form, the worker's events: ``json.dumps(..., separators=(",", ":"))``)."""
     pieces = ['{"id": ', _NEW_EVENT, ', "seen_before": false}', ', "type": "duplicate-of", "duplicate_of": ',
               ', "similarity": ', ', "method": ', ', "hamming_distance": ', ', "containment": ', ', "matched_id": ',
               ', "methods": ', ', "candidates": ', ', "seen_before": false']
@@ -65,12 +67,19 @@ def _fragments() -> list[bytes]:
     pieces += [json.dumps(methods[0]) for methods in keys]
     pieces += [json.dumps(list(methods)) for methods in keys]
     assert len(pieces) == _METHOD_LIST + 16
+    if compact:  # (no piece holds these sequences but as the separators)
+        pieces = [p.replace('": ', '":').replace(', "', ',"') for p in pieces]
     return [p.encode() for p in pieces]
 
 
+def _joined(pieces: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    return np.frombuffer(b"".join(pieces), dtype=np.uint8), np.cumsum([0, *map(len, pieces)]).astype(np.int64)
+
+
 #: the events' fixed text end to end (FRAGMENTS[0]) and where each piece begins (FRAGMENTS[1], one more: the end)
-FRAGMENTS = (np.frombuffer(b"".join(_fragments()), dtype=np.uint8),
-             np.cumsum([0, *map(len, _fragments())]).astype(np.int64))
+FRAGMENTS = _joined(_fragments())
+#: the same in the compact form (the worker's events: orjson's output of the same values)
+COMPACT_FRAGMENTS = _joined(_fragments(compact=True))
 
 
 @inline

@@ -16,7 +16,7 @@ import logging
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from stream_dedup.config import EngineConfig, ServiceConfig
 from stream_dedup.metrics import Metrics
@@ -29,15 +29,43 @@ from .serialization import (
     SignatureRecord,
     decode_stage_record,
     encode_json,
+    iso_now,
     output_event,
+    output_event_json,
     reject_record,
 )
+
+if TYPE_CHECKING:
+    from stream_dedup.batch_decisions import EventBatch
 
 log = logging.getLogger("stream_dedup.service.decisions")  # the decision stage logs under one name
 
 PROCESSING_ERROR = "processing_error"
 #: consecutive records whose decision raised before the stage gives up (disk full, corrupt index)
 MAX_CONSECUTIVE_DECIDE_ERRORS = 10
+
+
+class WrittenFact(NamedTuple):
+    """What the metrics read of a decision whose event a compiled call wrote (:meth:`Decider.observe`)."""
+    candidates: int
+    is_duplicate: bool
+    method: str | None
+    similarity: float | None
+    seen_before: bool = False
+
+
+def _written_facts(events: EventBatch) -> dict[int, WrittenFact]:
+    """Per position of an event written compiled, what its decision says (the batch's tally)."""
+    new = set(events.new)
+    duplicates = iter(zip(events.methods, events.similarities, strict=True))
+    facts = {}
+    for k, candidates in zip(events.written, events.candidates, strict=True):
+        if k in new:
+            facts[k] = WrittenFact(candidates, False, None, None)
+        else:
+            method, similarity = next(duplicates)
+            facts[k] = WrittenFact(candidates, True, method, similarity)
+    return facts
 
 
 class FatalError(RuntimeError):
@@ -149,7 +177,7 @@ class Decider:
             return
         t0 = time.perf_counter()
         try:
-            decisions = self._decide_batch([(m.offset(), rec, token) for m, rec, token in run])
+            events = self._decide_batch([(m.offset(), rec, token) for m, rec, token in run])
         except Exception:  # noqa: BLE001 - isolate the record that fails
             log.warning("a batch of %d decisions failed; deciding its records one by one", len(run), exc_info=True)
             for m, rec, token in run:
@@ -158,21 +186,31 @@ class Decider:
         self.decide_errors = 0
         each = (time.perf_counter() - t0) / len(run)
         processed_at = time.time()
-        for (_m, rec, _token), decision in zip(run, decisions, strict=True):
-            self._emit(rec, decision, processed_at)
-            observed.append((rec, decision, each + rec.engine_us / 1e6))
+        facts = _written_facts(events)
+        iso = iso_now(processed_at)
+        new_topic, duplicates_topic = self.service.new_topic, self.service.duplicates_topic
+        for k, ((_m, rec, _token), item) in enumerate(zip(run, events.items, strict=True)):
+            if type(item) is str:  # (written compiled, in orjson's form: the source position appended)
+                fact = facts[k]
+                self._produce(duplicates_topic if fact.is_duplicate else new_topic,
+                              output_event_json(item, rec, iso), rec.article_id.encode("utf-8"))
+                item = fact
+            else:
+                self._emit(rec, item, processed_at)
+            observed.append((rec, item, each + rec.engine_us / 1e6))
         self.last_applied = run[-1][0].offset()
 
-    def _decide_batch(self, run: list[tuple[int, SignatureRecord, bytes]]) -> list[Any]:
+    def _decide_batch(self, run: list[tuple[int, SignatureRecord, bytes]]) -> EventBatch:
         """The engine's batched path on ``(signature offset, record, receipt token)`` triples: each
-        article at its own event time, its checkpoint and receipt in the batch's one atomic write."""
+        article at its own event time, its checkpoint and receipt in the batch's one atomic write;
+        the events the compiled calls write in orjson's form (:meth:`Deduplicator.decide_batch_events`)."""
         from stream_dedup.fingerprint import Fingerprint
 
-        return self.dedup.decide_batch(
+        return self.dedup.decide_batch_events(
             [rec.article_id for _, rec, _ in run], [Fingerprint.from_bytes(rec.fingerprint) for _, rec, _ in run],
             now=[rec.timestamp_ms / 1000.0 for _, rec, _ in run],
             checkpoints=[(catchup.CHECKPOINT_NAME, offset) for offset, _, _ in run],
-            receipts=[token for _, _, token in run])
+            receipts=[token for _, _, token in run], compact=True)
 
     def _emit(self, rec: SignatureRecord, decision: Any, processed_at: float) -> None:
         value = encode_json(output_event(decision.to_event(), rec, processed_at))

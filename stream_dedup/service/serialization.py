@@ -56,6 +56,7 @@ Dead letter (``dlq_topic``)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from dataclasses import dataclass
@@ -277,6 +278,20 @@ def output_event(event: dict[str, Any], sig: SignatureRecord, processed_at: floa
     out["source_offset"] = sig.source_offset
     out["processed_at"] = iso_now(processed_at)
     return out
+
+
+def output_event_json(event: str, sig: SignatureRecord, processed_at_iso: str) -> bytes:
+    """``encode_json(output_event(...))`` of an event already in orjson's compact form (``event``:
+    a JSON object's text, what :class:`~stream_dedup.batch_decisions.EventBatch` holds with
+    ``compact``), the source position and the processing time (:func:`iso_now`) appended."""
+    return b"".join((event[:-1].encode(), b',"source_topic":', _topic_json(sig.source_topic), b',"source_partition":',
+                     orjson.dumps(sig.source_partition), b',"source_offset":', orjson.dumps(sig.source_offset),
+                     b',"processed_at":', orjson.dumps(processed_at_iso), b"}"))
+
+
+@functools.lru_cache(maxsize=64)
+def _topic_json(topic: str) -> bytes:
+    return orjson.dumps(topic)
 
 
 def encode_json(obj: dict[str, Any]) -> bytes:

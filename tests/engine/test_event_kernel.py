@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,11 +26,12 @@ NUM_PERM = 8
 
 
 def _events(result: np.ndarray, start: int, n: int, seq0: int, packed: np.ndarray, ends: np.ndarray, sig_size: int,
-            buf: np.ndarray) -> tuple[list[str | None], list[tuple[int, int]], str]:
-    """write_events' events (None: left to Python), root spans and whole text."""
+            buf: np.ndarray, compact: bool = False) -> tuple[list[str | None], list[tuple[int, int]], str]:
+    """write_events' events (None: left to Python), root spans and whole text (``compact``: orjson's form)."""
     event_ends, done, roots = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint8), np.zeros((n, 2), dtype=np.int64)
+    fragments = event_kernel.COMPACT_FRAGMENTS if compact else event_kernel.FRAGMENTS
     raw = event_kernel.write_events(result, start, start + n, seq0, packed, ends, sig_size, buf,
-                                    *event_kernel.FRAGMENTS, event_ends, done, roots).tobytes()
+                                    *fragments, event_ends, done, roots).tobytes()
     at = event_ends.tolist()
     events = [raw[a:b].decode("utf-8") if done[i] else None
               for i, (a, b) in enumerate(zip([0, *at[:-1]], at, strict=True))]
@@ -68,6 +70,13 @@ def test_events_are_event_json(seed: int, made_up_run: Callable[[int], SimpleNam
         else:
             assert a == b == -1
     assert {None, "exact"} <= kinds and len(kinds) > 2
+    # the worker's form: orjson's text of the same event
+    compact, _, _ = _events(run.result, run.start, run.n, run.seq0, run.packed, run.ends, run.sig_size,
+                            run.store.buf, compact=True)
+    for d, event, text in zip(run.decisions, events, compact, strict=True):
+        assert (text is None) == (event is None)
+        if text is not None:
+            assert text == orjson.dumps(d.to_event()).decode()
 
 
 _IDS = st.text(st.characters(), min_size=1, max_size=12)
@@ -121,7 +130,9 @@ def test_an_event_is_event_json_or_left(kind: str, hits: int, direction: int, ha
     packed = np.frombuffer(b"".join(records), dtype=np.uint8)
     ends = np.cumsum([len(r) for r in records]).astype(np.int64)
     events, _, _ = _events(result, start, n, 7, packed, ends, 2 * NUM_PERM, store.buf)
+    compact, _, _ = _events(result, start, n, 7, packed, ends, 2 * NUM_PERM, store.buf, compact=True)
     if writable:
         assert events[-1] == d.event_json()
+        assert compact[-1] == orjson.dumps(d.to_event()).decode()
     else:
-        assert events[-1] is None
+        assert events[-1] is None and compact[-1] is None

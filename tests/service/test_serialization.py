@@ -19,6 +19,7 @@ from stream_dedup.service.serialization import (
     encode_json,
     iso_now,
     output_event,
+    output_event_json,
     parse_dlq_headers,
     reject_record,
 )
@@ -82,6 +83,18 @@ def test_output_event_adds_source_and_processed_at():
     assert ev["processed_at"] == "2023-11-14T22:13:20.500Z"
     assert json.loads(encode_json(ev)) == ev
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", iso_now(0.0))
+
+
+@pytest.mark.parametrize("topic", ["articles", 'odd "topic" \\ é'])
+def test_output_event_json_is_encode_json_of_output_event(topic: str):
+    """The worker's events written compiled (orjson's form) get the very bytes of output_event's encoding."""
+    event = {"id": "x\u0001 ✓", "type": "duplicate-of", "duplicate_of": "r", "similarity": 0.6172,
+             "method": "minhash", "hamming_distance": 3, "containment": 1.0, "matched_id": "m",
+             "methods": ["minhash", "containment"], "candidates": 2, "seen_before": False,
+             "direction": "new_in_earlier"}
+    s = sig(source_topic=topic)
+    at = 1_700_000_000.5
+    assert output_event_json(encode_json(event).decode(), s, iso_now(at)) == encode_json(output_event(event, s, at))
 
 
 def test_dlq_headers_keep_original_headers_and_add_reason_and_source():
