@@ -449,16 +449,10 @@ class BatchView:
         self.written.update(zip(range(seq0, seq0 + n), records, strict=True))
         self.next_seq, self.count = seq0 + n, self.count + n
         self.writes += len(points) + n
-        if receipts:
-            for checkpoint, receipt in zip(checkpoints or [None] * n, receipts, strict=True):
+        if checkpoints or receipts:
+            for checkpoint, receipt in zip(checkpoints or [None] * n, receipts or [None] * n, strict=True):
                 if checkpoint is not None or receipt is not None:
                     self.mark(checkpoint, receipt, False)
-        elif checkpoints:  # (mark's: the last offset of each name, put at commit)
-            marks = self.checkpoints
-            for checkpoint in checkpoints:
-                if checkpoint is not None:
-                    marks[checkpoint[0]] = checkpoint[1]
-                    self.writes += 1
 
     def _apply(self, seq: int, points: list[tuple[bytes, bytes]], time_key: bytes, checkpoint: tuple[str, int] | None,
                receipt: bytes | None) -> None:

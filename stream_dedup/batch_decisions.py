@@ -10,8 +10,9 @@ also makes the stored decisions of new articles and of verified and exact duplic
 store, each at once; what the loop filed is noted once per run
 (:class:`FiledRun`), for a rollback. For a writer of events (the ``dedup`` command:
 :class:`EventBatch`) a second compiled call writes the events of those articles instead
-(:func:`stream_dedup.event_kernel.write_events`), and Python makes only the decisions it leaves:
-~2.5 us a record less on short items. ``tests/engine/test_batch_decisions.py`` compares the
+(:func:`stream_dedup.event_kernel.write_events`), and Python makes only the decisions it leaves
+(the deciding path in process on ten rounds of short items: 2.18 against 2.43 s of CPU for 74,310
+records, ~3 us a record less). ``tests/engine/test_batch_decisions.py`` compares the
 decisions and the whole index with those of one-by-one decisions.
 """
 

@@ -31,13 +31,12 @@ what writing it does). ``tests/engine/test_event_kernel.py`` compares every even
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 
 from .decision import _DIRECTIONS, _METHODS_OF_HITS, _NEW_EVENT
 from .jit import compiling, inline, kernel, trusted
-from .record_kernel import _LENGTHS, RECORD_HEAD, _at, _be16
+from .record_kernel import _LENGTHS, RECORD_HEAD, _at, _be16, _compact_fraction, _grown
 
 if compiling():
     from .addresses import copy_into
@@ -104,16 +103,8 @@ def _put_int(out, p, v):
 
 
 @inline
-def _is_fraction(v):
-    """Whether ``v`` is the float nearest ``k / 10000`` for an integer 0 <= k <= 10000 (not -0.0, not NaN)."""
-    if not 0.0 <= v <= 1.0 or (v == 0.0 and math.copysign(1.0, v) < 0.0):
-        return False
-    return round(v * 10000.0) / 10000.0 == v
-
-
-@inline
 def _put_fraction(out, p, v):
-    """``repr(v)`` of a :func:`_is_fraction` value at ``out[p:]``; where it ends."""
+    """``repr(v)`` of a value that is ``k / 10000`` (:func:`~stream_dedup.record_kernel._compact_fraction`) at ``out[p:]``; where it ends."""
     k = np.int64(round(v * 10000.0))
     out[p + 1] = np.uint8(46)  # "."
     if k == 10000 or k == 0:
@@ -176,14 +167,6 @@ def _put_id(out, p, records, buf, kind, at, length):
     return p + 1
 
 
-@inline
-def _grown(out, used, need):
-    """A copy of ``out`` twice as large (at least ``need`` bytes), its first ``used`` bytes kept."""
-    bigger = np.empty(max(2 * out.shape[0], need), dtype=np.uint8)
-    copy_into(bigger, 0, out, 0, used)
-    return bigger
-
-
 @kernel
 def write_events(result, start, stop, seq0, records, record_ends, sig_size, buf, text, text_at, ends, done, roots):
     """The events of articles ``start:stop`` of a batch (seqs from ``seq0``) end to end in the array
@@ -213,9 +196,7 @@ def write_events(result, start, stop, seq0, records, record_ends, sig_size, buf,
         if best < 0:
             if res[_R_TEMPLATE] >= 0:  # (a look-alike)
                 continue
-            need = p + 6 * a_len + 512
-            if need > out.shape[0]:
-                out = _grown(out, p, need)
+            out = _grown(out, p, 6 * a_len + 512)
             p = _put_piece(out, p, text, text_at, _OPEN)
             p = _put_id(out, p, records, buf, 0, a_at, a_len)
             p = _put_piece(out, p, text, text_at, _NEW)
@@ -229,7 +210,7 @@ def write_events(result, start, stop, seq0, records, record_ends, sig_size, buf,
                 if not (1.0 <= res[_R_HITS] <= 15.0 and 0.0 <= res[_R_DIRECTION] <= 2.0):
                     continue
                 key, direction = np.int64(res[_R_HITS]), np.int64(res[_R_DIRECTION])
-            if not (_is_fraction(jaccard) and _is_fraction(containment)):
+            if not (_compact_fraction(jaccard) and _compact_fraction(containment)):
                 continue
             # the root: this record's (its own id if it keeps none); the matched article's id
             root_at, root_len = (a_at + a_len, rid_len) if rid_len else (a_at, a_len)
@@ -243,9 +224,7 @@ def write_events(result, start, stop, seq0, records, record_ends, sig_size, buf,
                 m_kind, m_at, m_len = np.int64(1), mq + _LENGTHS, _be16(buf, mq)
             if not (_plain(records, buf, 0, root_at, root_len) and _plain(records, buf, m_kind, m_at, m_len)):
                 continue
-            need = p + 6 * (a_len + root_len + m_len) + 512
-            if need > out.shape[0]:
-                out = _grown(out, p, need)
+            out = _grown(out, p, 6 * (a_len + root_len + m_len) + 512)
             p = _put_piece(out, p, text, text_at, _OPEN)
             p = _put_id(out, p, records, buf, 0, a_at, a_len)
             p = _put_piece(out, p, text, text_at, _DUPLICATE)
