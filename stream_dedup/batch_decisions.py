@@ -217,9 +217,10 @@ class Builder:
             keys = np.where(res[dk, _k.R_EXACT] != 0, 0, res[dk, _k.R_HITS]).astype(np.int64).tolist()
             tally.methods += [_FIRST_METHOD[key] for key in keys]
             tally.similarities += res[dk, _k.R_JACCARD].tolist()
-            roots = tally.roots
-            for k, (a, b) in zip(dk.tolist(), root_spans[dk].tolist(), strict=True):
-                roots.append(run.root(k) if a < 0 else text[a:b] if text is not None else raw[a:b].decode("utf-8"))
+            if tally.with_roots:
+                roots = tally.roots
+                for k, (a, b) in zip(dk.tolist(), root_spans[dk].tolist(), strict=True):
+                    roots.append(run.root(k) if a < 0 else text[a:b] if text is not None else raw[a:b].decode("utf-8"))
         return out, np.flatnonzero(~written).tolist()
 
     def joined_bytes(self, i: int, r: int, joins: float) -> bytes:
@@ -238,6 +239,8 @@ class EventBatch:
     items: list[Decision | str] = field(default_factory=list)
     #: the events in orjson's compact form (the worker's), not ``event_json``'s
     compact: bool = False
+    #: whether ``roots`` is kept (the ``dedup`` command's summary counts clusters; the worker does not)
+    with_roots: bool = True
     new: list[int] = field(default_factory=list)
     methods: list[str] = field(default_factory=list)
     roots: list[str] = field(default_factory=list)

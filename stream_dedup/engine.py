@@ -152,13 +152,15 @@ class Deduplicator(PythonRules):
     def decide_batch_events(self, ids: Sequence[str], fingerprints: Sequence[Fingerprint | None] | FingerprintBatch,
                             now: float | Sequence[float] | None = None,
                             checkpoints: Sequence[tuple[str, int] | None] | None = None,
-                            receipts: Sequence[bytes | None] | None = None, compact: bool = False) -> EventBatch:
+                            receipts: Sequence[bytes | None] | None = None, compact: bool = False,
+                            roots: bool = True) -> EventBatch:
         """:meth:`decide_batch` for a writer of events (the ``dedup`` command, the worker): the same
         decisions and writes, but where a compiled call writes an article's event
         (:mod:`stream_dedup.event_kernel`: the text of :meth:`Decision.event_json`, or with
         ``compact`` that of ``orjson.dumps(decision.to_event())``) the :class:`EventBatch` has that
-        text in place of a :class:`Decision` object, and counts what it says."""
-        events = EventBatch(compact=compact)
+        text in place of a :class:`Decision` object, and counts what it says (without ``roots``,
+        not the written duplicates' root ids)."""
+        events = EventBatch(compact=compact, with_roots=roots)
         events.items = self._batch(*self._given(ids, fingerprints), now, checkpoints, receipts, events=events)
         return events
 

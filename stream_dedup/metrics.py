@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from .bulk_histogram import BulkHistogram
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 CANDIDATE_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100, 250, 1000)
 TRANSACTION_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
@@ -16,7 +18,9 @@ SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1
 
 
 class Metrics:
-    """All metrics of one process, registered on their own registry (tests create many)."""
+    """All metrics of one process, registered on their own registry (tests create many). The
+    histograms observed per article are bulk ones (:class:`~stream_dedup.bulk_histogram.BulkHistogram`:
+    a transaction's values at once), exposed as prometheus_client's ``Histogram`` is."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -29,17 +33,17 @@ class Metrics:
         self.dead_letters = Counter(
             "stream_dedup_dead_letters", "Records routed to the dead-letter topic / rejects file, by reason.",
             ["reason"], registry=r)
-        self.processing_seconds = Histogram(
+        self.processing_seconds = BulkHistogram(
             "stream_dedup_processing_seconds", "Engine time per article (fingerprint + index + decision).",
             buckets=LATENCY_BUCKETS, registry=r)
-        self.end_to_end_seconds = Histogram(
+        self.end_to_end_seconds = BulkHistogram(
             "stream_dedup_end_to_end_latency_seconds",
             "Time from the input record's Kafka timestamp to its output event being produced.",
             buckets=LATENCY_BUCKETS, registry=r)
-        self.candidates = Histogram(
+        self.candidates = BulkHistogram(
             "stream_dedup_candidates", "Candidates verified per article (LSH buckets + SimHash tables).",
             buckets=CANDIDATE_BUCKETS, registry=r)
-        self.similarity = Histogram(
+        self.similarity = BulkHistogram(
             "stream_dedup_similarity", "Estimated Jaccard similarity of duplicate decisions.",
             buckets=SIMILARITY_BUCKETS, registry=r)
         self.index_articles = Gauge(

@@ -210,7 +210,7 @@ class Decider:
             [rec.article_id for _, rec, _ in run], [Fingerprint.from_bytes(rec.fingerprint) for _, rec, _ in run],
             now=[rec.timestamp_ms / 1000.0 for _, rec, _ in run],
             checkpoints=[(catchup.CHECKPOINT_NAME, offset) for offset, _, _ in run],
-            receipts=[token for _, _, token in run], compact=True)
+            receipts=[token for _, _, token in run], compact=True, roots=False)
 
     def _emit(self, rec: SignatureRecord, decision: Any, processed_at: float) -> None:
         value = encode_json(output_event(decision.to_event(), rec, processed_at))
@@ -327,28 +327,35 @@ class Decider:
         self.last_applied = offset
 
     def observe(self, observed: list[tuple[Any, Any, float]]) -> None:
-        """Metrics of a committed transaction's records (counted in bulk: one ``inc`` per label)."""
+        """Metrics of a committed transaction's records, counted in bulk: one ``inc`` per label, and
+        each histogram's values at once (:class:`~stream_dedup.bulk_histogram.BulkHistogram`)."""
         m = self.metrics
         m.index_articles.set(len(self.dedup))
         now = time.time()
         counts: Counter[tuple[Any, str]] = Counter()  # (labelled counter, its one label value) -> n
-        processing, end_to_end, candidates, similarity = (m.processing_seconds.observe, m.end_to_end_seconds.observe,
-                                                          m.candidates.observe, m.similarity.observe)
+        processing: list[float] = []
+        end_to_end: list[float] = []
+        candidates: list[float] = []
+        similarity: list[float] = []
         for rec, decision, engine_s in observed:
             if isinstance(decision, str):
                 counts[m.dead_letters, decision] += 1
                 continue
-            processing(engine_s)
-            end_to_end(max(0.0, now - rec.timestamp_ms / 1000.0))
+            processing.append(engine_s)
+            end_to_end.append(max(0.0, now - rec.timestamp_ms / 1000.0))
             if decision.seen_before:
                 continue  # a repeated id: counted when first decided
-            candidates(decision.candidates)
+            candidates.append(float(decision.candidates))
             if decision.is_duplicate:
                 counts[m.articles, "duplicate"] += 1
                 counts[m.duplicates_by_method, str(decision.method)] += 1
                 if decision.similarity is not None:
-                    similarity(decision.similarity)
+                    similarity.append(decision.similarity)
             else:
                 counts[m.articles, "new"] += 1
+        m.processing_seconds.observe_many(processing)
+        m.end_to_end_seconds.observe_many(end_to_end)
+        m.candidates.observe_many(candidates)
+        m.similarity.observe_many(similarity)
         for (counter, label), n in counts.items():
             counter.labels(label).inc(n)

@@ -306,3 +306,25 @@ def test_an_exact_copy_is_of_the_latest_indexed_article_with_its_text(tmp_path: 
         ("minhash", "news-01078-v2"), ("exact", "news-01078-v4")]
     events, index = _run(articles, tmp_path / "batch", len(articles))
     assert events == reference and index == reference_index
+
+
+@pytest.mark.shared_data
+def test_events_without_roots_are_the_same_events_and_tally(tmp_path: Path, shared_stream) -> None:
+    """decide_batch_events(roots=False) (the worker's: it never reads them) writes the same events and
+    counts the same tally, only without the written duplicates' root ids."""
+    config = EngineConfig()
+    articles = [article_from_object(r, config) for r in _short(shared_stream(1024)[0])]
+    tallies = []
+    for roots in (True, False):
+        with Deduplicator(config, tmp_path / str(roots)) as d:
+            batches = []
+            for i in range(0, len(articles), 256):
+                chunk = articles[i:i + 256]
+                fps = FingerprintBatch.of(d.fingerprinter, [(a.text, a.is_html) for a in chunk])
+                batches.append(d.decide_batch_events([a.id for a in chunk], fps, now=NOW, compact=True, roots=roots))
+            tallies.append(batches)
+    for with_roots, without in zip(*tallies, strict=True):
+        assert without.items == with_roots.items and without.roots == [] and without.with_roots is False
+        assert (without.new, without.methods, without.similarities, without.written, without.candidates) == \
+               (with_roots.new, with_roots.methods, with_roots.similarities, with_roots.written, with_roots.candidates)
+    assert sum(len(b.roots) for b in tallies[0]) > 100
