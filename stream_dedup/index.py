@@ -187,6 +187,7 @@ class Index:
         self._time = self.db.get_column_family(_TIME)
         self._receipts = self.db.get_column_family(_RECEIPTS)
         self._cf = {name: self.db.get_column_family_handle(name) for name in families}
+        self.durable_writes = durable_writes
         if not durable_writes:
             wo = WriteOptions()
             wo.disable_wal = True
@@ -569,6 +570,23 @@ class Index:
         next one while it is written)."""
         with os.scandir(self.path) as entries:
             return files_bytes(entries, snapshot=True)
+
+    def sync_for_exit(self) -> None:
+        """Make everything written durable without flushing the memtables, for a process that ends
+        next without closing the index (the ``dedup`` command:
+        :func:`stream_dedup.cli.process_end.release_state`): the lists' snapshot (if
+        :attr:`snapshot_on_close`), then the write-ahead log synced to disk. The next open replays
+        the log into the memtables and flushes them, as after a crash. Measured on 7,431 short items
+        (scratch script): 12-13 ms, where closing took 46-57 ms (its flush sorts the hash memtable
+        into a skip list, ~2 us a key); the next open 69-118 ms instead of 23-29. An index written
+        without its log (``durable_writes=False``) is flushed instead."""
+        self._stop_snapshot_writer()
+        if self.snapshot_on_close:
+            self.snapshot_lists()
+        if self.durable_writes:
+            self.db.flush_wal(True)
+        else:
+            self.flush()
 
     def flush(self) -> None:
         for name in (_POINTS, _TIME):

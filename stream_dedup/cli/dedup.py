@@ -210,9 +210,11 @@ def run_dedup(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - RocksDB reports e.g. a held lock or a bad directory
             raise RunError(f"cannot open the state in {state_dir}: {exc}") from None
         dedup.index.snapshot_on_close = bool(state_arg)  # a temporary index is not reopened
-        # a temporary state is deleted next: when the process ends next too, it is not closed (see main)
-        leave_open = not state_arg and getattr(args, "process_ends", False)
-        stack.push(lambda exc_type, *_: release_state(dedup, leave_open and exc_type is None))
+        # when the process ends next, the state is not closed (see main): a temporary one is deleted, a
+        # kept one's write-ahead log is synced (the next open replays it)
+        leave_open = getattr(args, "process_ends", False)
+        kept = bool(state_arg)
+        stack.push(lambda exc_type, *_: release_state(dedup, leave_open and exc_type is None, kept))
         ckpt = _checkpoint_name(args.input)
         start_after = (dedup.index.checkpoint(ckpt) or 0) if args.resume else 0
         if args.resume and not args.quiet:

@@ -1,7 +1,8 @@
 """Issue 13, start-up of a small run: what a text run does not need is not imported, only the chosen
 subcommand's parser is built, and a run whose process ends without closing its temporary index (see
 ``cli.process_end.release_state``) still writes its whole output, rejects and summary and deletes the index,
-while a kept ``--state`` is closed: the next run reads every article and ``--resume`` continues."""
+while a kept ``--state`` is left with its write-ahead log synced and its lists' snapshot written (not
+flushed): the next run replays the log, reads every article, loads the snapshot, and ``--resume`` continues."""
 
 from __future__ import annotations
 
@@ -97,18 +98,21 @@ def test_a_process_that_leaves_its_temporary_index_open_loses_nothing(tmp_path: 
     assert _events(out) == _events(ref) and len(_events(out)) == 120
 
 
-def test_a_kept_state_is_closed_and_read_by_the_next_run(tmp_path: Path) -> None:
+def test_a_kept_state_is_synced_and_read_by_the_next_run(tmp_path: Path) -> None:
     lines = SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
     state, inp, out = tmp_path / "S", tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     inp.write_text("".join(lines[:40]) + "{not json\n", encoding="utf-8")
     proc = run_cli("dedup", str(inp), "--out", str(out), "--state", str(state))
     assert proc.returncode == 0, proc.stderr
-    assert list(state.glob("*.sst"))                      # closed: the memtables were flushed
+    # not closed: no memtable flushed to an SST file, every write in the write-ahead log, the lists' snapshot
+    assert not list(state.glob("*.sst")) and sum(p.stat().st_size for p in state.glob("*.log")) > 40 * 300
+    assert (state / "memory-lists-3.bin").is_file()
     again = tmp_path / "again.jsonl"
     proc = run_cli("dedup", str(inp), "--out", str(again), "--state", str(state), "--summary-json",
                    str(tmp_path / "s.json"))
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "s.json").read_text())["repeated_ids"] == 40
+    assert "in-memory lists of 40 articles loaded from their snapshot" in proc.stderr  # (its token was in the log)
     # --resume after the lines the state handled appends the rest, as one uninterrupted run writes them
     inp.write_text("".join(lines[:40]) + "{not json\n" + "".join(lines[40:80]), encoding="utf-8")
     proc = run_cli("dedup", str(inp), "--out", str(out), "--state", str(state), "--resume")
