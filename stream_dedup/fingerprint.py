@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -62,6 +63,51 @@ def html_to_text(html: str) -> str:
     return extract(html)
 
 
+class WireLayout(NamedTuple):
+    """Where the parts of a fingerprint's byte form are (:func:`wire_layout`): its header's values,
+    then the byte at which each array starts and its length (big-endian uint32 signature values and
+    identity sketch, uint64 passage anchors, the content-word bitmap's bytes: the last ``w``)."""
+    num_perm: int
+    simhash: int
+    n_shingles: int
+    exact: bytes
+    sig_at: int
+    identity_at: int
+    k: int
+    anchors_at: int
+    a: int
+    w: int
+
+
+def wire_layout(data: bytes) -> WireLayout:
+    """The layout of a fingerprint's byte form (:meth:`Fingerprint.to_bytes`), its lengths checked:
+    after the header, the signature, then the identity sketch, the passage anchors and the
+    content-word bitmap, each after its uint16 count. A ValueError says what is wrong with bytes of
+    another form."""
+    if len(data) < _HEADER.size:
+        raise ValueError("fingerprint bytes too short")
+    version, num_perm, sim, n, exact = _HEADER.unpack_from(data)
+    if version != _WIRE_VERSION:
+        raise ValueError(f"unknown fingerprint version {version} (this engine reads version {_WIRE_VERSION}: "
+                         "stage-1 workers and the decision stage must run the same release)")
+    sig_end = _HEADER.size + 4 * num_perm
+    if len(data) < sig_end + _COUNT.size:
+        raise ValueError(f"fingerprint has {len(data) - _HEADER.size} bytes after its header, expected at "
+                         f"least {4 * num_perm + _COUNT.size}")
+    (k,) = _COUNT.unpack_from(data, sig_end)
+    anchors_at = sig_end + _COUNT.size + 4 * k
+    if len(data) < anchors_at + _COUNT.size:
+        raise ValueError(f"fingerprint has {len(data)} bytes, expected at least {anchors_at + _COUNT.size}")
+    (a,) = _COUNT.unpack_from(data, anchors_at)
+    words_at = anchors_at + _COUNT.size + 8 * a
+    if len(data) < words_at + _COUNT.size:
+        raise ValueError(f"fingerprint has {len(data)} bytes, expected at least {words_at + _COUNT.size}")
+    (w,) = _COUNT.unpack_from(data, words_at)
+    if len(data) != words_at + _COUNT.size + w:
+        raise ValueError(f"fingerprint has {len(data)} bytes, expected {words_at + _COUNT.size + w}")
+    return WireLayout(num_perm, sim, n, exact, _HEADER.size, sig_end + _COUNT.size, k, anchors_at + _COUNT.size, a, w)
+
+
 # slots, not frozen: one is built per article on the hot path (frozen costs ~0.1 us per field); read-only by convention
 @dataclass(slots=True, eq=False)
 class Fingerprint:
@@ -81,31 +127,11 @@ class Fingerprint:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Fingerprint:
-        if len(data) < _HEADER.size:
-            raise ValueError("fingerprint bytes too short")
-        version, num_perm, sim, n, exact = _HEADER.unpack_from(data)
-        if version != _WIRE_VERSION:
-            raise ValueError(f"unknown fingerprint version {version} (this engine reads version {_WIRE_VERSION}: "
-                             "stage-1 workers and the decision stage must run the same release)")
-        sig_end = _HEADER.size + 4 * num_perm
-        if len(data) < sig_end + _COUNT.size:
-            raise ValueError(f"fingerprint has {len(data) - _HEADER.size} bytes after its header, expected at "
-                             f"least {4 * num_perm + _COUNT.size}")
-        (k,) = _COUNT.unpack_from(data, sig_end)
-        anchors_at = sig_end + _COUNT.size + 4 * k
-        if len(data) < anchors_at + _COUNT.size:
-            raise ValueError(f"fingerprint has {len(data)} bytes, expected at least {anchors_at + _COUNT.size}")
-        (a,) = _COUNT.unpack_from(data, anchors_at)
-        words_at = anchors_at + _COUNT.size + 8 * a
-        if len(data) < words_at + _COUNT.size:
-            raise ValueError(f"fingerprint has {len(data)} bytes, expected at least {words_at + _COUNT.size}")
-        (w,) = _COUNT.unpack_from(data, words_at)
-        if len(data) != words_at + _COUNT.size + w:
-            raise ValueError(f"fingerprint has {len(data)} bytes, expected {words_at + _COUNT.size + w}")
-        sig = np.frombuffer(data, dtype=">u4", count=num_perm, offset=_HEADER.size).astype(np.uint32)
-        identity = np.frombuffer(data, dtype=">u4", count=k, offset=sig_end + _COUNT.size).astype(np.uint32)
-        anchors = np.frombuffer(data, dtype=">u8", count=a, offset=anchors_at + _COUNT.size).astype(np.uint64)
-        return cls(sig, sim, exact, n, identity, anchors, bytes(data[words_at + _COUNT.size:]))
+        at = wire_layout(data)
+        sig = np.frombuffer(data, dtype=">u4", count=at.num_perm, offset=at.sig_at).astype(np.uint32)
+        identity = np.frombuffer(data, dtype=">u4", count=at.k, offset=at.identity_at).astype(np.uint32)
+        anchors = np.frombuffer(data, dtype=">u8", count=at.a, offset=at.anchors_at).astype(np.uint64)
+        return cls(sig, at.simhash, at.exact, at.n_shingles, identity, anchors, bytes(data[len(data) - at.w:]))
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Fingerprint) and self.simhash == other.simhash and self.exact == other.exact

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import fingerprint_kernel
-from .fingerprint import Fingerprint, Fingerprinter, html_to_text
+from .fingerprint import Fingerprint, Fingerprinter, html_to_text, wire_layout
 from .jit import trusted
 from .rewrite import NO_WORDS
 
@@ -82,6 +82,44 @@ class FingerprintBatch:
                 fp.identity = fpr._identity(plain[i])
                 batch.whole[i] = fp
         return batch
+
+    @classmethod
+    def from_wire(cls, forms: Sequence[bytes]) -> FingerprintBatch:
+        """The fingerprints of byte forms (:meth:`Fingerprint.to_bytes <stream_dedup.fingerprint.Fingerprint.to_bytes>`:
+        the worker's signature records) as one batch, without a :class:`Fingerprint` each: row
+        ``i`` is :meth:`Fingerprint.from_bytes` of ``forms[i]`` (a ValueError as it raises for a
+        bad form; also for forms of different signature lengths)."""
+        if not forms:
+            return cls.of_fingerprints([])
+        sims, counts, exacts = [], [], []
+        signatures, identities, anchors, words = [], [], [], []
+        a_end, w_end, i_end = [], [], []
+        a_at = w_at = i_at = 0
+        num_perm0 = None
+        for data in forms:
+            num_perm, sim, n, exact, sig_at, id_at, k, anchors_at, a, w = wire_layout(data)
+            if num_perm != num_perm0:
+                if num_perm0 is not None:
+                    raise ValueError(f"fingerprints of {num_perm0} and {num_perm} signature values in one batch")
+                num_perm0 = num_perm
+            sims.append(sim)
+            counts.append(n)
+            exacts.append(exact)
+            signatures.append(data[sig_at:sig_at + 4 * num_perm])
+            identities.append(data[id_at:id_at + 4 * k])
+            anchors.append(data[anchors_at:anchors_at + 8 * a])
+            words.append(data[len(data) - w:])
+            a_at, w_at, i_at = a_at + a, w_at + w, i_at + k
+            a_end.append(a_at)
+            w_end.append(w_at)
+            i_end.append(i_at)
+        rows = len(forms)
+        return cls(minhash=np.frombuffer(b"".join(signatures), dtype=">u4").astype(np.uint32).reshape(rows, num_perm0),
+                   simhash=np.array(sims, dtype=np.uint64), exact=b"".join(exacts),
+                   n_shingles=np.array(counts, dtype=np.int64),
+                   ends=np.array([a_end, w_end, i_end], dtype=np.int64).T.copy(),
+                   anchors=np.frombuffer(b"".join(anchors), dtype=">u8").astype(np.uint64), words=b"".join(words),
+                   identity=np.frombuffer(b"".join(identities), dtype=">u4").astype(np.uint32))
 
     @classmethod
     def of_fingerprints(cls, fingerprints: list[Fingerprint]) -> FingerprintBatch:

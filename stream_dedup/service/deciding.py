@@ -203,11 +203,14 @@ class Decider:
     def _decide_batch(self, run: list[tuple[int, SignatureRecord, bytes]]) -> EventBatch:
         """The engine's batched path on ``(signature offset, record, receipt token)`` triples: each
         article at its own event time, its checkpoint and receipt in the batch's one atomic write;
-        the events the compiled calls write in orjson's form (:meth:`Deduplicator.decide_batch_events`)."""
-        from stream_dedup.fingerprint import Fingerprint
+        the events the compiled calls write in orjson's form (:meth:`Deduplicator.decide_batch_events`).
+        The fingerprints are decoded into one batch of arrays (:meth:`FingerprintBatch.from_wire
+        <stream_dedup.fingerprint_batch.FingerprintBatch.from_wire>`: no ``Fingerprint`` each; a bad
+        one raises, and the caller decides the run one record at a time)."""
+        from stream_dedup.fingerprint_batch import FingerprintBatch
 
         return self.dedup.decide_batch_events(
-            [rec.article_id for _, rec, _ in run], [Fingerprint.from_bytes(rec.fingerprint) for _, rec, _ in run],
+            [rec.article_id for _, rec, _ in run], FingerprintBatch.from_wire([rec.fingerprint for _, rec, _ in run]),
             now=[rec.timestamp_ms / 1000.0 for _, rec, _ in run],
             checkpoints=[(catchup.CHECKPOINT_NAME, offset) for offset, _, _ in run],
             receipts=[token for _, _, token in run], compact=True, roots=False)

@@ -377,3 +377,51 @@ def test_a_batch_crosses_a_process_boundary_in_one_pickle() -> None:
     for (text, is_html), fp in zip(items, back.fingerprints(), strict=True):
         assert _same(fp, DEFAULT.fingerprint_text(text, is_html)), text
     assert FingerprintBatch.of(DEFAULT, []).fingerprints() == []
+
+
+def test_byte_forms_decoded_as_one_batch_are_each_forms_fingerprint(shared_stream) -> None:
+    """FingerprintBatch.from_wire (the worker's decision stage: a run's signature records at once)
+    gives row i = Fingerprint.from_bytes(forms[i]), dtypes included: the shared stream's texts (HTML,
+    non-ASCII), texts without shingles, a text left to the chain of kernels."""
+    from stream_dedup.fingerprint_batch import FingerprintBatch
+
+    records, _ = shared_stream(300)
+    items = [(r["text"], False) if r.get("text") is not None else (r["html"], True) for r in records]
+    items += [("", False), ("x", False), ("Ѕ ЅНА Το Υπουργείο", False), (PINNED_TEXT, False)]
+    forms = [DEFAULT.fingerprint_text(text, is_html).to_bytes() for text, is_html in items]
+    batch = FingerprintBatch.from_wire(forms)
+    assert len(batch) == len(forms) and not batch.whole
+    for form, fp in zip(forms, batch.fingerprints(), strict=True):
+        assert _same(fp, Fingerprint.from_bytes(form))
+    assert batch.exacts() == [Fingerprint.from_bytes(f).exact for f in forms]
+    assert FingerprintBatch.from_wire([]).fingerprints() == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 2**32 - 1), min_size=8, max_size=8), st.integers(0, 2**64 - 1),
+                          st.binary(min_size=16, max_size=16), st.integers(0, 2**32 - 1),
+                          st.lists(st.integers(0, 2**32 - 1), max_size=20), st.lists(st.integers(0, 2**64 - 1),
+                                                                                     max_size=20),
+                          st.binary(max_size=70)), min_size=1, max_size=12))
+def test_any_byte_forms_decoded_as_one_batch(fields: list) -> None:
+    from stream_dedup.fingerprint_batch import FingerprintBatch
+
+    fps = [Fingerprint(np.array(m, dtype=np.uint32), sim, exact, n, np.array(sorted(i), dtype=np.uint32),
+                       np.array(sorted(a), dtype=np.uint64), words) for m, sim, exact, n, i, a, words in fields]
+    forms = [fp.to_bytes() for fp in fps]
+    for fp, back in zip(fps, FingerprintBatch.from_wire(forms).fingerprints(), strict=True):
+        assert back == fp and back.to_bytes() == fp.to_bytes()
+
+
+def test_a_bad_byte_form_in_a_batch_raises_as_alone() -> None:
+    from stream_dedup.fingerprint_batch import FingerprintBatch
+
+    for bad in (GOOD[:-1], b"\x05" + GOOD[1:], b"", GOOD + b"\x00"):
+        with pytest.raises(ValueError) as alone:
+            Fingerprint.from_bytes(bad)
+        with pytest.raises(ValueError) as batched:
+            FingerprintBatch.from_wire([GOOD, bad, GOOD])
+        assert str(batched.value) == str(alone.value)
+    other = Fingerprinter(EngineConfig(num_perm=64)).fingerprint_text(PINNED_TEXT).to_bytes()
+    with pytest.raises(ValueError, match="128 and 64 signature values"):
+        FingerprintBatch.from_wire([GOOD, other])

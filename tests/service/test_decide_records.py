@@ -575,3 +575,27 @@ def test_a_standby_far_behind_the_committed_decisions_is_not_ready_until_it_foll
         assert standby.status()["reasons"] == []
     finally:
         standby.dedup.close()
+
+
+def test_a_fingerprint_that_does_not_decode_inside_a_run_costs_only_its_record(tmp_path: Path) -> None:
+    """A signature record whose header decodes but whose fingerprint does not (cut short) joins a run;
+    decoding the run's fingerprints at once (FingerprintBatch.from_wire) raises, the run is decided one
+    record at a time: the same outputs as one at a time, that record dead-lettered."""
+    engine = EngineConfig()
+    msgs = _messages(engine)[:120]
+    cut = msgs[50] = Msg(50, msgs[50].value()[:-1], msgs[50].key())
+    one, many = _stage(tmp_path, "one", engine), _stage(tmp_path, "many", engine)
+    try:
+        for m in msgs:
+            one.decider.decide_records([m], [])
+        many.decider.decide_records(msgs, [])
+        assert many.producer.sent == one.producer.sent
+        dead = [v for t, _, v in many.producer.sent if t == many.service.dlq_topic]
+        # (the reject, the undecodable signature record and the cut one: processing errors both)
+        assert len(dead) == 3 and [v["value"] for v in dead if dict(v["headers"])["dlq.reason"] == b"processing_error"] \
+            == [cut.value(), b"\x00garbage"]
+        assert sum(t == many.service.duplicates_topic for t, _, _ in many.producer.sent) > 5
+    finally:
+        for s in (one, many):
+            s.dedup.close()
+            s.consumer.close()
