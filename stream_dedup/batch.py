@@ -68,12 +68,13 @@ def run_batch(engine: Deduplicator, ids: list[str],
     :class:`~stream_dedup.fingerprint_batch.FingerprintBatch`), read their exact hashes (one
     multi-get each), decide one by one in a :class:`BatchView`, write once."""
     view = BatchView(engine.index)
-    if len(ids) > 1:  # (a batch of one reads its keys one at a time: a multi-get of one key costs more)
-        view.prefetch([view.id_key(i) for i in ids])
+    id_keys = view.id_keys_of(ids)
+    # (a batch of one reads its key alone: a multi-get of one key costs more)
+    stored = view.get(id_keys) if len(ids) > 1 else [view.get_one(key) for key in id_keys]
     fresh: set[str] = set()
     unknown: list[int] = []  # the positions of the first occurrence of each id not indexed (else a replay)
-    for i, article_id in enumerate(ids):
-        if article_id not in fresh and view.seq_of(article_id) is None:
+    for i, (article_id, value) in enumerate(zip(ids, stored, strict=True)):
+        if value is None and article_id not in fresh:
             fresh.add(article_id)
             unknown.append(i)
     prepared: Sequence[Prepared | None] = [None] * len(ids)
@@ -156,7 +157,7 @@ def _batch_builder(view: BatchView, batch: FingerprintBatch, positions: list[int
     if keys is None or keys.made_for != maker.made_for:
         keys = maker(batch)
     exacts = batch.exacts()
-    view.prefetch([b"X" + e for e in exacts])
+    exact_values = view.get([b"X" + e for e in exacts])  # (one multi-get)
     words = batch.words
     word_at = starts[:, 1].tolist()
     chosen = batch.n_shingles > 0
@@ -182,20 +183,23 @@ def _batch_builder(view: BatchView, batch: FingerprintBatch, positions: list[int
     chosen_exacts = [exacts[r] for r in rows]
     return Builder(n, chosen_positions, [len(w) in (0, _WORD_BYTES) for w in words_of], bucket_keys_, permuted,
                    signatures, simhashes, sizes, chosen_exacts, words_of, identity, identity_at, anchors, anchors_at,
-                   _exact_to(view, chosen_positions, chosen_exacts, n))
+                   _exact_to(view, chosen_positions, chosen_exacts, n, [exact_values[r] for r in rows]))
 
 
-def _exact_to(view: BatchView, positions: list[int], exacts: list[bytes], n: int) -> np.ndarray:
+def _exact_to(view: BatchView, positions: list[int], exacts: list[bytes], n: int,
+              stored: list[bytes | None] | None = None) -> np.ndarray:
     """For each of the batch's ``n`` articles the exact duplicate it may be: the seq of an indexed
     article with its exact hash, ``-2 - j`` for the batch's article ``j`` with it just before, -1
     for none (the articles at ``positions``, with ``exacts``: the kernel walks back through the
-    batch's articles with the hash to the latest one indexed, whose exact hash the index maps to it then)."""
+    batch's articles with the hash to the latest one indexed, whose exact hash the index maps to it then).
+    ``stored``: the index's values of their ``X`` keys if read already."""
     last: dict[bytes, int] = {}  # each exact hash's latest article in the batch so far
     exact_to = np.full(n, -1, dtype=np.int64)
-    for i, exact in zip(positions, exacts, strict=True):
-        stored = view.exact_match(exact)
-        if stored is not None:  # (an indexed article's: the exact duplicate of its record, if held)
-            exact_to[i] = stored
+    if stored is None:
+        stored = view.get([b"X" + e for e in exacts])
+    for i, exact, value in zip(positions, exacts, stored, strict=True):
+        if value is not None:  # (an indexed article's: the exact duplicate of its record, if held)
+            exact_to[i] = int.from_bytes(value, "big")
         else:  # (the batch's articles with this hash before it, latest first: the latest indexed one's)
             if exact in last:
                 exact_to[i] = -2 - last[exact]
@@ -348,6 +352,15 @@ class BatchView:
             key = self.id_keys[article_id] = _id_key(article_id)
         return key
 
+    def id_keys_of(self, ids: list[str]) -> list[bytes]:
+        """:meth:`id_key` of each of ``ids``."""
+        known = self.id_keys
+        if known:
+            return [self.id_key(i) for i in ids]
+        keys = [_id_key(i) for i in ids]  # (a new view's: remembered in one step)
+        known.update(zip(ids, keys))
+        return keys
+
     def seq_of(self, article_id: str) -> int | None:
         v = self.get_one(self.id_key(article_id))
         return None if v is None else int.from_bytes(v, "big")
@@ -439,7 +452,8 @@ class BatchView:
             return
         seq0, n = self.next_seq, len(records)
         self.index.check_seq(seq0 + n - 1)
-        points, times = run_writes(seq0, records, [self.id_key(i) for i in ids], exacts, passages, nows)
+        known, id_key = self.id_keys.get, self.id_key
+        points, times = run_writes(seq0, records, [known(i) or id_key(i) for i in ids], exacts, passages, nows)
         put, cf, tf = self.batch.put, self.points_family, self.time_family
         for key, value in points:  # (the points family's, read again by this batch: known)
             put(key, value, cf)
