@@ -358,7 +358,7 @@ class BatchView:
         if known:
             return [self.id_key(i) for i in ids]
         keys = [_id_key(i) for i in ids]  # (a new view's: remembered in one step)
-        known.update(zip(ids, keys))
+        known.update(zip(ids, keys, strict=True))
         return keys
 
     def seq_of(self, article_id: str) -> int | None:
