@@ -39,12 +39,7 @@ if compiling():
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a free slot (no key is it: see stream_dedup.band_table.band_keys)
 MAX_LOAD = 0.8   # slots used (live or emptied) at most; a growth leaves the live ones at most 0.8 / SLOT_GROWTH
-#: past this, the next table is allocated and initialised on a thread (see reserve). (0.7 until 2026-11-28:
-#: the band table's 4M next slots, 50 MB at ~2.2 ms a MB of fresh memory, were not filled in the runway
-#: to MAX_LOAD, 0.1 of the table: ~5,700 short items; the deciding thread waited 64-208 ms a ten-round
-#: short run for them in process, 0-40 ms at 0.6, and whole runs with the fingerprint process took 4 %
-#: less on average over six alternating pairs; the same peak RSS)
-PREPARE_LOAD = 0.6
+PREPARE_LOAD = 0.7  # past this, the next table is allocated and initialised a chunk per add (see reserve)
 #: the slot table doubles, the node arrays grow by half. (Until 2310931 the slot table's one-go rehash
 #: grew it 2.25x in effect, by a boundary case: a live load of exactly 0.8 / 1.5 counted as too full.
 #: Grown by half incrementally the table ran fuller, and the adds of 1M articles took ~1.7x as long.)
