@@ -352,12 +352,10 @@ class BatchView:
             key = self.id_keys[article_id] = _id_key(article_id)
         return key
 
-    def id_keys_of(self, ids: list[str]) -> list[bytes]:
-        """:meth:`id_key` of each of ``ids``."""
+    def id_keys_of(self, ids: Sequence[str]) -> list[bytes]:
+        """:meth:`id_key` of each of ``ids`` (those made here remembered in one step)."""
         known = self.id_keys
-        if known:
-            return [self.id_key(i) for i in ids]
-        keys = [_id_key(i) for i in ids]  # (a new view's: remembered in one step)
+        keys = [known.get(i) or _id_key(i) for i in ids]
         known.update(zip(ids, keys, strict=True))
         return keys
 
@@ -452,8 +450,7 @@ class BatchView:
             return
         seq0, n = self.next_seq, len(records)
         self.index.check_seq(seq0 + n - 1)
-        known, id_key = self.id_keys.get, self.id_key
-        points, times = run_writes(seq0, records, [known(i) or id_key(i) for i in ids], exacts, passages, nows)
+        points, times = run_writes(seq0, records, self.id_keys_of(ids), exacts, passages, nows)
         put, cf, tf = self.batch.put, self.points_family, self.time_family
         for key, value in points:  # (the points family's, read again by this batch: known)
             put(key, value, cf)
