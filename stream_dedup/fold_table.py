@@ -21,7 +21,8 @@ A process reads the arrays it folds with from a file beside this module (``_fold
 by the first process that built them) while its stamp (a hash
 of the sources that define the folds, the Unicode data version and Python's) matches: ~0.1 ms
 instead of building them at every start (:func:`_arrays`); a file that cannot be read or written
-is built in memory, as before.
+is built in memory, as before. :mod:`stream_dedup.identity` keeps its per-code-point tables there
+too (:func:`read_cached_file`, :func:`write_cached_file`).
 
 The tables, for each ``diacritics`` setting:
 
@@ -156,9 +157,9 @@ def _self_folding() -> dict[str, bytes]:
 
 #: where the tables' arrays are kept between processes (:func:`_arrays`)
 CACHE_DIR = Path(__file__).parent / "_fold_tables"
-#: the modules whose code makes the folds (their sources are in the cache files' stamp)
-_FOLD_SOURCES = ("fold_table.py", "folding.py", "text.py")
-_HEAD = 16  # bytes before the arrays in a cache file: the pool's length, then the stamp's first 8 bytes
+#: the modules whose code makes the tables kept there (their sources are in the cache files' stamp)
+_FOLD_SOURCES = ("fold_table.py", "folding.py", "text.py", "identity.py")
+CACHE_HEAD = 16  # bytes before the arrays in a cache file: the pool's length, then the stamp's first 8 bytes
 
 
 @functools.cache
@@ -175,8 +176,13 @@ def cache_stamp() -> str:
     return h.hexdigest()[:16]
 
 
+def cache_path(name: str) -> Path:
+    """The cache file ``name`` under the current stamp (files of other stamps are removed)."""
+    return CACHE_DIR / f"{cache_stamp()}-{name}.bin"
+
+
 def cache_file(diacritics: bool, kind: str, blocks: bool) -> Path:
-    return CACHE_DIR / f"{cache_stamp()}-{int(diacritics)}-{kind}-{int(blocks)}.bin"
+    return cache_path(f"{int(diacritics)}-{kind}-{int(blocks)}")
 
 
 @functools.cache
@@ -193,19 +199,44 @@ def _arrays(diacritics: bool, kind: str, blocks: bool = False) -> tuple[np.ndarr
     return arrays
 
 
-def _read_cached(path: Path) -> tuple[np.ndarray, ...] | None:
-    """The arrays of a cache file; None if it is missing, of another stamp or cut short. The arrays
-    are writable copies in a ``bytearray`` (a read-only array is another type to the kernels)."""
+def read_cached_file(path: Path) -> bytearray | None:
+    """A cache file's bytes (:data:`CACHE_HEAD` bytes, then the writer's: see :func:`write_cached_file`),
+    writable (a read-only array is another type to the kernels); None if it is missing or of
+    another stamp (a cut file: the caller checks its length)."""
     try:
         data = bytearray(path.read_bytes())
     except OSError:
         return None
-    if len(data) < _HEAD or data[8:16] != bytes.fromhex(cache_stamp())[:8]:
+    if len(data) < CACHE_HEAD or data[8:16] != bytes.fromhex(cache_stamp())[:8]:
+        return None
+    return data
+
+
+def write_cached_file(path: Path, head: int, parts: list[bytes]) -> None:
+    """Write a cache file: ``head`` (8 bytes), the stamp's first 8 bytes, then ``parts``; atomically
+    (a reader sees the whole file or none), and remove the files of other stamps. Where the
+    directory cannot be written, nothing is (the next process builds its tables again)."""
+    try:
+        CACHE_DIR.mkdir(exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(b"".join((head.to_bytes(8, "little"), bytes.fromhex(cache_stamp())[:8], *parts)))
+        os.replace(tmp, path)
+        for old in CACHE_DIR.glob("*.bin"):
+            if not old.name.startswith(cache_stamp()):
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _read_cached(path: Path) -> tuple[np.ndarray, ...] | None:
+    """The arrays of a cache file; None if it is missing, of another stamp or cut short."""
+    data = read_cached_file(path)
+    if data is None:
         return None
     pool_length = int.from_bytes(data[:8], "little")
-    if len(data) != _HEAD + 128 + 0x10000 * 5 + pool_length:
+    if len(data) != CACHE_HEAD + 128 + 0x10000 * 5 + pool_length:
         return None
-    at = _HEAD
+    at = CACHE_HEAD
     ascii_map = np.frombuffer(data, dtype=np.uint8, count=128, offset=at)
     lengths = np.frombuffer(data, dtype=np.uint8, count=0x10000, offset=at + 128)
     offsets = np.frombuffer(data, dtype="<u4", count=0x10000, offset=at + 128 + 0x10000).astype(np.uint32)
@@ -214,22 +245,10 @@ def _read_cached(path: Path) -> tuple[np.ndarray, ...] | None:
 
 
 def _write_cached(path: Path, arrays: tuple[np.ndarray, ...]) -> None:
-    """Write ``arrays`` to ``path`` (atomically: a reader sees the whole file or none), and remove
-    the files of other stamps; where the directory cannot be written, nothing is (the next process
-    builds the tables again)."""
+    """Write ``arrays`` to ``path`` (:func:`write_cached_file`, the pool's length the head)."""
     ascii_map, lengths, offsets, pool, _ = arrays
-    try:
-        CACHE_DIR.mkdir(exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(b"".join((pool.shape[0].to_bytes(8, "little"), bytes.fromhex(cache_stamp())[:8],
-                                  ascii_map.tobytes(), lengths.tobytes(), offsets.astype("<u4").tobytes(),
-                                  pool.tobytes())))
-        os.replace(tmp, path)
-        for old in CACHE_DIR.glob("*.bin"):
-            if not old.name.startswith(cache_stamp()):
-                old.unlink(missing_ok=True)
-    except OSError:
-        pass
+    write_cached_file(path, pool.shape[0], [ascii_map.tobytes(), lengths.tobytes(), offsets.astype("<u4").tobytes(),
+                                            pool.tobytes()])
 
 
 def _build_arrays(diacritics: bool, kind: str, blocks: bool) -> tuple[np.ndarray, ...]:

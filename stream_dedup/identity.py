@@ -45,7 +45,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .fold_table import fold_bytes, fold_identity_text
+from .fold_table import (
+    CACHE_HEAD,
+    cache_path,
+    fold_bytes,
+    fold_identity_text,
+    read_cached_file,
+    write_cached_file,
+)
 from .folding import fold
 from .hashing import token_hash
 from .jit import compiling, inline, kernel, trusted
@@ -114,10 +121,25 @@ def identity_pairs_reference(text: str) -> np.ndarray:
 def _bmp_tables() -> tuple[np.ndarray, np.ndarray]:
     """(is_word, is_upper) of every code point of the Basic Multilingual Plane: a ``\\w`` character
     (the regex :func:`identity_items` reads runs with), and ``str.isupper`` (a name's first letter).
-    Built on first use, from the running Python's Unicode data: ``re``'s ``\\w`` is ``str.isalnum()``
-    or ``_`` (``_sre``'s ``UNICODE_ISALNUM``; ``tests/engine/test_identity.py`` checks it against
-    the regex), read by ``map`` over one string of every code point: 9 ms, where a
-    ``fullmatch`` per character took 18-35 ms of the first non-ASCII text's sketch."""
+    Read on first use from a file beside :mod:`stream_dedup.fold_table`'s tables, stamped as they
+    are (the Unicode data, Python, this module's source): ~0.1 ms; where there is none, built
+    (:func:`_build_bmp_tables`: 9-13 ms of the first non-ASCII text's sketch, in every process
+    that met one) and written for the next process."""
+    path = cache_path("bmp")
+    data = read_cached_file(path)
+    if data is not None and len(data) == CACHE_HEAD + 2 * 0x10000:
+        tables = np.frombuffer(data, dtype=np.bool_, offset=CACHE_HEAD).reshape(2, 0x10000)
+        return tables[0], tables[1]
+    is_word, is_upper = _build_bmp_tables()
+    write_cached_file(path, 2 * 0x10000, [is_word.tobytes(), is_upper.tobytes()])
+    return is_word, is_upper
+
+
+def _build_bmp_tables() -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_bmp_tables` from the running Python's Unicode data: ``re``'s ``\\w`` is
+    ``str.isalnum()`` or ``_`` (``_sre``'s ``UNICODE_ISALNUM``; ``tests/engine/test_identity.py``
+    checks it against the regex), read by ``map`` over one string of every code point (a
+    ``fullmatch`` per character took 18-35 ms)."""
     chars = "".join(map(chr, range(0x10000)))
     is_word = np.fromiter(map(str.isalnum, chars), dtype=np.bool_, count=0x10000)
     is_word[ord("_")] = True

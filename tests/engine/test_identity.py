@@ -74,6 +74,42 @@ def test_code_point_tables_are_the_regex_and_isupper() -> None:
     assert is_upper.tolist() == [ch.isupper() for ch in chars]
 
 
+def test_code_point_tables_read_from_their_cache_file_are_the_tables_built(tmp_path, monkeypatch) -> None:
+    """The tables are written beside the fold tables by the process that built them and read by the
+    next; a file cut short or of another stamp is built again, and a directory that cannot be
+    written leaves them built in memory."""
+    from stream_dedup import fold_table, identity
+
+    monkeypatch.setattr(fold_table, "CACHE_DIR", tmp_path / "cache")
+    built = identity._build_bmp_tables()
+    identity._bmp_tables.cache_clear()
+    try:
+        first = identity._bmp_tables()  # built, and written
+        path = fold_table.cache_path("bmp")
+        whole = path.read_bytes()
+        identity._bmp_tables.cache_clear()
+        read = identity._bmp_tables()  # read from the file
+        for a, b, c in zip(built, first, read, strict=True):
+            assert a.dtype == c.dtype == np.bool_ and a.shape == c.shape == (0x10000,)
+            assert np.array_equal(a, b) and np.array_equal(a, c)
+            assert c.flags.c_contiguous  # (the kernel's exported signature)
+        assert identity_pairs_unicode("Москва: Путин встретился с Си 3 марта").tolist() \
+            == identity_pairs_reference("Москва: Путин встретился с Си 3 марта").tolist()
+        for spoilt in (whole[:-1], whole[:8] + bytes(8) + whole[16:]):  # cut short, another stamp
+            path.write_bytes(spoilt)
+            identity._bmp_tables.cache_clear()
+            again = identity._bmp_tables()
+            assert all(np.array_equal(a, b) for a, b in zip(built, again, strict=True))
+            assert path.read_bytes() == whole  # written again
+        path.unlink()
+        (tmp_path / "cache").rmdir()
+        (tmp_path / "cache").write_text("a file where the directory would be")
+        identity._bmp_tables.cache_clear()
+        assert all(np.array_equal(a, b) for a, b in zip(built, identity._bmp_tables(), strict=True))
+    finally:
+        identity._bmp_tables.cache_clear()
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(list("aZ9 0.,:;/'_-\n") + ["Mr ", "Apple ", "3.5 ", "x", "\u2019"]), max_size=80)
        .map("".join))
