@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import candidate_rules, passages, rewrite, stored_decision
+from . import candidate_rules, memory_lists, passages, rewrite, stored_decision
 from .batch import NO_KEYS, BatchView, Prepared, run_batch
 from .batch_decisions import EventBatch
 from .config import EngineConfig
@@ -335,6 +335,14 @@ class Deduplicator(PythonRules):
 
     def __len__(self) -> int:
         return self.index.count
+
+    def expect(self, articles: int) -> None:
+        """A hint: about ``articles`` more articles will be indexed (``dedup`` on a file tells it
+        from the file's size once its first records are decided). The in-memory lists are prepared
+        for them now, at the rate of slots and list nodes the articles indexed so far took
+        (:func:`stream_dedup.memory_lists.expect`), so that they do not grow step by step on the way.
+        Decisions do not change; more articles than expected grow the lists as usual."""
+        memory_lists.expect(self.index.lists(), self.index.count, articles)
 
     def disk_bytes(self) -> int:
         return self.index.disk_bytes()

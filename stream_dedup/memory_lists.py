@@ -41,6 +41,16 @@ def build(index: Index) -> Lists:
     return Lists(buckets, build_passage_lists(index), simhash)
 
 
+def expect(lists: Lists, count: int, articles: int) -> None:
+    """Prepare every list for ``articles`` more articles, each taking the slots and nodes that the
+    ``count`` indexed so far took on average (:meth:`stream_dedup.engine.Deduplicator.expect`)."""
+    if count <= 0 or articles <= 0:
+        return
+    for table in (lists.buckets, lists.passages):
+        table.expect(-(-table.meta.item(0) * articles // count), -(-table.meta.item(1) * articles // count))
+    lists.simhash.expect(-(-lists.simhash.meta.item(0) * articles // count))
+
+
 def build_sketch_tables(index: Index, chunk: int = 8192) -> tuple[BandTable, SimhashTable]:
     """The LSH buckets and SimHash table entries of every indexed article, from the records, in seq order.
 

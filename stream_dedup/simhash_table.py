@@ -250,6 +250,19 @@ class SimhashTable:
         simhash_remove(self.fps, self.tags, self.seqs, self.old_fps, self.old_tags, self.old_seqs, self.meta,
                        permuted, self.masks, seq)
 
+    def expect(self, slots: int) -> None:
+        """Prepare for ``slots`` more entries: a table they fill at most :data:`PREPARE_LOAD` of,
+        written on a thread at once and taken by the next adds as a growth's is (as
+        :meth:`stream_dedup.list_table.MemberLists.expect`). Nothing while a growth is under way,
+        nor where there is room."""
+        if self._next is not None or self.old_tags.shape[0]:
+            return
+        size = self.fps.shape[0]
+        if slots > 0 and self.meta.item(0) + slots > PREPARE_LOAD * size:
+            self._next = NextArrays(grown_size(size, self.meta.item(1) + slots, PREPARE_LOAD, GROWTH),
+                                    (np.uint64, 0), (np.uint8, FREE), (np.uint32, 0))
+            self._room = 0
+
     def reserve(self, entries: int) -> None:
         """Room for ``entries`` more entries: the table kept at most :data:`MAX_LOAD` used.
 

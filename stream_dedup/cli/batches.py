@@ -218,6 +218,43 @@ class BatchDecider:
         return lines, whole if whole is not None else fingerprints
 
 
+#: lines decided before ``dedup`` tells the index how many more articles a file holds (InputForecast)
+FORECAST_LINES = 512
+#: the most articles the in-memory lists are prepared for at once (~1.1 GB of lists at most: a larger
+#: input grows them as it goes)
+FORECAST_MAX = 1 << 20
+
+
+class InputForecast:
+    """How many more articles a file will index, told once to :meth:`Deduplicator.expect` after
+    :data:`FORECAST_LINES` of its lines are decided: the bytes left at the bytes a line so far,
+    times the share of the lines decided that were indexed. The in-memory lists are then prepared
+    for them at once instead of doubling step by step (whole ``dedup`` runs of 74,310 short items
+    ~8-10 % faster, README: *Not done yet*)."""
+
+    def __init__(self, dedup: Deduplicator, total_bytes: int | None) -> None:
+        self.dedup, self.total = dedup, total_bytes
+        self.indexed = len(dedup)  # (an existing state's articles: not this input's)
+        self.first: int | None = None  # the byte offset of the first line read to be decided
+        self.done = total_bytes is None
+
+    def sent(self, batch_at: int, offset: int, read: int, decided: int) -> None:
+        """A batch whose first line is at byte ``batch_at`` was handed on; reading stands at byte
+        ``offset``, ``read`` lines were read to be decided and ``decided`` of them are."""
+        if self.done:
+            return
+        if self.first is None:
+            self.first = batch_at
+        if decided < FORECAST_LINES:
+            return
+        self.done = True
+        indexed = len(self.dedup) - self.indexed
+        if indexed <= 0 or offset <= self.first or self.total is None:
+            return
+        lines = (self.total - offset) * read / (offset - self.first) + (read - decided)
+        self.dedup.expect(min(FORECAST_MAX, int(lines * indexed / decided)))
+
+
 def decide_batch(dedup: Deduplicator, articles: list[Article | Parsed], checkpoints: list[tuple[str, int]],
                  fingerprints: list[Fingerprint] | FingerprintBatch | None = None) -> EventBatch | list[object]:
     """Their events in one batch (on ``fingerprints`` if given, else fingerprinted here from the

@@ -25,7 +25,15 @@ from typing import IO, TYPE_CHECKING
 from ..config import EngineConfig, ServiceConfig, add_arguments, load
 from ..gc_tuning import relax_collector
 from ..record import PROCESSING_ERROR, Article, RecordError, parse_record
-from .batches import AUTO_POOL_BYTES, BatchDecider, Decided, Line, fingerprint_pool, lines_with_readiness
+from .batches import (
+    AUTO_POOL_BYTES,
+    BatchDecider,
+    Decided,
+    InputForecast,
+    Line,
+    fingerprint_pool,
+    lines_with_readiness,
+)
 from .errors import RunError, UsageError, check_writable
 from .process_end import release_state
 from .progress import Progress, StatsLines
@@ -258,6 +266,7 @@ def run_dedup(args: argparse.Namespace) -> int:
         decider = BatchDecider(dedup, fingerprint_pool(args.fingerprint_processes, dedup, total, source.fileno())
                                if is_file else None, ckpt)
         stack.callback(decider.close)
+        forecast = InputForecast(dedup, total if is_file else None)  # (the lists prepared for the whole file)
         parses_elsewhere = decider.parses  # (the pool's processes parse the lines)
         # byte offsets in the file: where the next line starts, where the pending lines do
         offset = pending_at = source.tell() if is_file else 0
@@ -271,6 +280,8 @@ def run_dedup(args: argparse.Namespace) -> int:
             pending.clear()
             for decided in decider.send(batch, pending_at):
                 write(decided)
+            if batch:
+                forecast.sent(pending_at, offset, batch[-1][0] - start_after, summary.lines)
 
         def write_events(events: list[str]) -> None:
             """Write ``events`` (one line each) to the output, and forget them."""

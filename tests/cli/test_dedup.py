@@ -508,3 +508,32 @@ def test_a_record_whose_decision_fails_is_rejected_alone(tmp_path: Path, monkeyp
                 "--fingerprint-processes", processes]) == 0
     assert [(r["line"], r["reason"]) for r in read_jsonl(rejects)] == [(301, "processing_error")]
     assert read_jsonl(out) == read_jsonl(tmp_path / "ref.jsonl")
+
+
+def test_a_file_prepares_the_lists_for_its_size_and_decides_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Once its first records are decided, a file's run prepares the in-memory lists for the whole
+    file (batches.InputForecast -> Deduplicator.expect): at 1,000 of ~3,000 lines its LSH bucket table
+    is already the size the run ends with, where stdin's (size unknown) is still growing; the events
+    are those of stdin's run."""
+    rows = []
+    for r in range(8):  # the sample, eight times, every word and id suffixed per round: rounds never match
+        for line in stream_lines(400):
+            record = json.loads(line)
+            if "text" in record:
+                record["id"] = f"{record['id']}-r{r}"
+                record["text"] = " ".join(f"{w}r{r}" for w in record["text"].split())
+                rows.append(json.dumps(record))
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    args = ["--quiet", "--stats-every", "1000", "--fingerprint-processes", "0"]
+    assert run(["dedup", str(inp), "--out", str(tmp_path / "file.jsonl"), "--state", str(tmp_path / "a"), *args]) == 0
+    file_stats = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith('{"stats"')]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(inp.read_bytes())))
+    assert run(["dedup", "-", "--out", str(tmp_path / "stdin.jsonl"), "--state", str(tmp_path / "b"), *args]) == 0
+    stdin_stats = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith('{"stats"')]
+    assert (tmp_path / "file.jsonl").read_bytes() == (tmp_path / "stdin.jsonl").read_bytes()
+    assert len(rows) > 3000 and [s["lines"] for s in file_stats] == [s["lines"] for s in stdin_stats]
+    grown, first = stdin_stats[-1]["band_table_bytes"], stdin_stats[0]["band_table_bytes"]
+    assert grown >= 2 * first  # (stdin's grows on the way)
+    assert file_stats[0]["band_table_bytes"] >= grown  # (the file's: prepared for all of it at once)

@@ -230,3 +230,53 @@ def test_reserve_counting_its_room_down_never_lets_an_add_outgrow_the_table(seed
             assert table.meta.item(1) + 2 * table._room <= list_table.PREPARE_NODES * table.node_seq.shape[0]
             assert table.meta.item(0) + table._room <= list_table.PREPARE_LOAD * table.slot_keys.shape[0]
     assert table.as_dict() == {k: v for k, v in model.lists.items() if v}
+
+
+@pytest.mark.parametrize("existing", [0, 400])
+def test_expected_entries_come_without_step_by_step_growth(existing: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``expect(slots, nodes)`` prepares one larger table and one set of larger node arrays for all
+    of them: the adds that follow take those and grow no further (without it the table doubles
+    many times on the way), and the lists are the model's."""
+    monkeypatch.setattr(next_arrays, "_threaded", False)  # (filled in the caller: the same arrays)
+
+    def run(expect: bool) -> tuple[set[int], set[int], BandTable, Model]:
+        rnd = random.Random(11)
+        table, model = BandTable(bands=4, rows=3, cap=3, slots=16, nodes=8), Model(3)
+        universe = [rnd.getrandbits(64) % (2**64 - 1) for _ in range(30000)]
+        slot_sizes, node_sizes = set(), set()
+        for seq in range(existing + 3000):
+            if seq == existing and expect:
+                table.expect(slots_needed - int(table.meta[0]) if existing else slots_needed, nodes_needed)
+            keys = rnd.sample(universe, 4)
+            table.add(np.array([keys], dtype=np.uint64), np.array([seq], dtype=np.uint32))
+            model.add(keys, seq)
+            if seq >= existing:
+                slot_sizes.add(table.slot_keys.shape[0])
+                node_sizes.add(table.node_seq.shape[0])
+        return slot_sizes, node_sizes, table, model
+
+    slots_needed = nodes_needed = 0
+    plain_slots, plain_nodes, plain, model = run(expect=False)
+    slots_needed, nodes_needed = int(plain.meta[0]), int(plain.meta[1])  # (what the adds took: the caller's estimate)
+    slot_sizes, node_sizes, table, model2 = run(expect=True)
+    assert len(plain_slots) >= 3 and len(plain_nodes) >= 3  # (step by step without it)
+    assert len(slot_sizes) <= 2 and len(node_sizes) <= 2, (slot_sizes, node_sizes)  # (the current, then the prepared)
+    assert table.as_dict() == plain.as_dict() == {k: v for k, v in model.lists.items() if v}
+    assert table.slot_keys.shape[0] <= 2 * plain.slot_keys.shape[0]  # (no more memory than the growth would reach)
+    assert model2.lists == model.lists
+
+
+def test_expect_does_nothing_while_a_growth_is_under_way_or_where_there_is_room() -> None:
+    table = BandTable(bands=4, rows=3, cap=3, slots=1 << 12, nodes=1 << 12)
+    table.expect(100, 100)  # room already
+    assert table._next is None and table._next_nodes is None
+    table.expect(1 << 20, 0)
+    prepared = table._next
+    assert prepared is not None and prepared.size >= (1 << 20) / list_table.PREPARE_LOAD
+    table.expect(1 << 22, 1 << 22)  # (a growth under way: left alone)
+    assert table._next is prepared and table._next_nodes is None
+    table.add(np.array([[1, 2, 3, 4]], dtype=np.uint64), np.array([0], dtype=np.uint32))
+    prepared.ready(wait=True)
+    table.add(np.array([[5, 6, 7, 8]], dtype=np.uint64), np.array([1], dtype=np.uint32))
+    assert table.slot_keys.shape[0] == prepared.size and table.as_dict() == {1: [0], 2: [0], 3: [0], 4: [0],
+                                                                             5: [1], 6: [1], 7: [1], 8: [1]}

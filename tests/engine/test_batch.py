@@ -25,26 +25,31 @@ def one_by_one(articles: list[Article], state: Path) -> list[dict]:
         return [d.process(a, now=NOW).to_event() for a in articles]
 
 
-def batched(articles: list[Article], state: Path, size: int) -> list[dict]:
+def batched(articles: list[Article], state: Path, size: int, expect: bool = False) -> list[dict]:
     with Deduplicator(EngineConfig(), state) as d:
         out = []
         for i in range(0, len(articles), size):
             out += [x.to_event() for x in d.process_batch(articles[i:i + size], now=NOW)]
+            if expect and i == 0:  # (the lists prepared for the rest at once: dedup on a file)
+                lists = d.index.lists()
+                d.expect(len(articles) - size)
+                assert lists.buckets._next is not None and lists.simhash._next is not None
         assert len(d) == len({a.id for a in articles})
         return out
 
 
 @pytest.mark.shared_data
 def test_batches_decide_as_one_by_one_on_the_dev_stream(tmp_path: Path, shared_stream) -> None:
-    """The events of process_batch, for batch sizes 1, 37 and 256, equal field by field those of
+    """The events of process_batch, for batch sizes 1, 37 and 256 (and 256 with the lists prepared
+    for the whole stream after the first batch: Deduplicator.expect), equal field by field those of
     one-by-one process on the shared dev stream (its first 3,000 records; all 7,431 with
     STREAM_DEDUP_FULL_BATCH_TEST=1)."""
     config = EngineConfig()
     articles = [article_from_object(r, config) for r in shared_stream(STREAM_RECORDS or 10**9)[0]]
     reference = one_by_one(articles, tmp_path / "one")
     assert sum(e["type"] == "duplicate-of" for e in reference) > len(articles) // 3
-    for size in (1, 37, 256):
-        events = batched(articles, tmp_path / f"batch-{size}", size)
+    for size, expect in ((1, False), (37, False), (256, False), (256, True)):
+        events = batched(articles, tmp_path / f"batch-{size}-{expect}", size, expect)
         assert len(events) == len(reference)
         diff = [(r, e) for r, e in zip(reference, events, strict=True) if r != e]
         assert not diff, f"batch size {size}: {len(diff)} events differ, first {diff[0]}"

@@ -195,3 +195,29 @@ def test_reserve_counting_its_room_down_never_lets_in_more_than_its_check() -> N
         assert table.meta.item(0) <= simhash_table.MAX_LOAD * table.fps.shape[0]
     assert table.as_set() == {(t, int(p[t]), s) for s, p in live.items() for t in range(p.shape[0])}
     assert table.fps.shape[0] > 8
+
+
+def test_expected_entries_come_without_step_by_step_growth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``expect(slots)`` prepares one larger table for all of them: the adds that follow take it and
+    grow no further, and probes find what a table grown step by step finds."""
+    monkeypatch.setattr(next_arrays, "_threaded", False)
+    tables = PermutedTables(3, 6)
+    rng = np.random.default_rng(5)
+    fps = [int(x) << 1 for x in rng.integers(0, 2**62, 3000)]
+
+    def run(expect: int) -> tuple[set[int], SimhashTable]:
+        table = SimhashTable(tables.key_masks, slots=16)
+        table.expect(expect)
+        sizes = set()
+        for seq, fp in enumerate(fps):
+            table.add(tables.permute_array(fp), seq)
+            sizes.add(table.fps.shape[0])
+        return sizes, table
+
+    plain_sizes, plain = run(0)
+    sizes, table = run(int(plain.meta[0]))
+    assert len(plain_sizes) >= 4 and len(sizes) <= 2, (plain_sizes, sizes)
+    assert table.as_set() == plain.as_set()
+    for fp in fps[::50]:
+        query = tables.permute_array(near(rng, fp, 2))
+        assert sorted(table.probe(query, 3).tolist()) == sorted(plain.probe(query, 3).tolist())
