@@ -81,6 +81,10 @@ def configure_dedup_parser(p: argparse.ArgumentParser) -> None:
                         "the older ones are decided (0 = none, all in this process; default: 1 for an input file over "
                         f"{AUTO_POOL_BYTES // 2**20} MB on a machine with 2 cores or more, else 0). The decisions "
                         "are the same")
+    p.add_argument("--expect-records", type=int, default=None, metavar="N",
+                   help="the records the input holds, for a pipe (zcat big.jsonl.gz | ...): once 512 lines are "
+                        "decided the in-memory lists are prepared for the rest at once instead of growing step by "
+                        "step (default: from an input file's size; none for a pipe). The decisions are the same")
     p.add_argument("--stats-every", type=int, default=0, metavar="N",
                    help="print a JSON line of statistics to stderr every N input lines: records/s over those "
                         "lines, RSS, index size, memory budget, block cache usage and hit rate (default: never)")
@@ -199,6 +203,8 @@ def run_dedup(args: argparse.Namespace) -> int:
         raise UsageError(f"--stats-every {args.stats_every}: must be >= 0")
     if args.fingerprint_processes is not None and args.fingerprint_processes < 0:
         raise UsageError(f"--fingerprint-processes {args.fingerprint_processes}: must be >= 0")
+    if args.expect_records is not None and args.expect_records < 0:
+        raise UsageError(f"--expect-records {args.expect_records}: must be >= 0")
     if args.report and not args.report.endswith((".html", ".htm", ".png")):
         raise UsageError(f"--report {args.report}: give a .html or .png file name")
 
@@ -266,7 +272,8 @@ def run_dedup(args: argparse.Namespace) -> int:
         decider = BatchDecider(dedup, fingerprint_pool(args.fingerprint_processes, dedup, total, source.fileno())
                                if is_file else None, ckpt)
         stack.callback(decider.close)
-        forecast = InputForecast(dedup, total if is_file else None)  # (the lists prepared for the whole file)
+        # (the lists prepared for the whole input: its size in records, or a file's in bytes)
+        forecast = InputForecast(dedup, total if is_file else None, args.expect_records, start_after)
         parses_elsewhere = decider.parses  # (the pool's processes parse the lines)
         # byte offsets in the file: where the next line starts, where the pending lines do
         offset = pending_at = source.tell() if is_file else 0

@@ -514,8 +514,8 @@ def test_a_file_prepares_the_lists_for_its_size_and_decides_the_same(tmp_path: P
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """Once its first records are decided, a file's run prepares the in-memory lists for the whole
     file (batches.InputForecast -> Deduplicator.expect): at 1,000 of ~3,000 lines its LSH bucket table
-    is already the size the run ends with, where stdin's (size unknown) is still growing; the events
-    are those of stdin's run."""
+    is already the size the run ends with, where stdin's (size unknown) is still growing, unless
+    ``--expect-records`` gives stdin's size; the events are the same in all three runs."""
     rows = []
     for r in range(8):  # the sample, eight times, every word and id suffixed per round: rounds never match
         for line in stream_lines(400):
@@ -529,11 +529,20 @@ def test_a_file_prepares_the_lists_for_its_size_and_decides_the_same(tmp_path: P
     args = ["--quiet", "--stats-every", "1000", "--fingerprint-processes", "0"]
     assert run(["dedup", str(inp), "--out", str(tmp_path / "file.jsonl"), "--state", str(tmp_path / "a"), *args]) == 0
     file_stats = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith('{"stats"')]
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(inp.read_bytes())))
-    assert run(["dedup", "-", "--out", str(tmp_path / "stdin.jsonl"), "--state", str(tmp_path / "b"), *args]) == 0
-    stdin_stats = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith('{"stats"')]
-    assert (tmp_path / "file.jsonl").read_bytes() == (tmp_path / "stdin.jsonl").read_bytes()
-    assert len(rows) > 3000 and [s["lines"] for s in file_stats] == [s["lines"] for s in stdin_stats]
-    grown, first = stdin_stats[-1]["band_table_bytes"], stdin_stats[0]["band_table_bytes"]
+    stats = {}
+    for name, extra in (("stdin", []), ("told", ["--expect-records", str(len(rows))])):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(inp.read_bytes())))
+        assert run(["dedup", "-", "--out", str(tmp_path / f"{name}.jsonl"), "--state", str(tmp_path / name),
+                    *args, *extra]) == 0
+        stats[name] = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith('{"stats"')]
+        assert (tmp_path / "file.jsonl").read_bytes() == (tmp_path / f"{name}.jsonl").read_bytes()
+    assert len(rows) > 3000 and [s["lines"] for s in file_stats] == [s["lines"] for s in stats["stdin"]]
+    grown, first = stats["stdin"][-1]["band_table_bytes"], stats["stdin"][0]["band_table_bytes"]
     assert grown >= 2 * first  # (stdin's grows on the way)
     assert file_stats[0]["band_table_bytes"] >= grown  # (the file's: prepared for all of it at once)
+    assert stats["told"][0]["band_table_bytes"] >= grown  # (stdin told its size: the same)
+
+
+def test_expect_records_must_not_be_negative(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["dedup", str(STREAM), "--out", str(tmp_path / "o.jsonl"), "--expect-records", "-1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--expect-records -1: must be >= 0")
