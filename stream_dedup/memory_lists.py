@@ -46,6 +46,7 @@ def expect(lists: Lists, count: int, articles: int) -> None:
     ``count`` indexed so far took on average (:meth:`stream_dedup.engine.Deduplicator.expect`)."""
     if count <= 0 or articles <= 0:
         return
+    # (rounded up: -(-a // b))
     for table in (lists.buckets, lists.passages):
         table.expect(-(-table.meta.item(0) * articles // count), -(-table.meta.item(1) * articles // count))
     lists.simhash.expect(-(-lists.simhash.meta.item(0) * articles // count))
