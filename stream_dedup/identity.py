@@ -122,9 +122,9 @@ def _bmp_tables() -> tuple[np.ndarray, np.ndarray]:
     """(is_word, is_upper) of every code point of the Basic Multilingual Plane: a ``\\w`` character
     (the regex :func:`identity_items` reads runs with), and ``str.isupper`` (a name's first letter).
     Read on first use from a file beside :mod:`stream_dedup.fold_table`'s tables, stamped as they
-    are (the Unicode data, Python, this module's source): ~0.1 ms; where there is none, built
-    (:func:`_build_bmp_tables`: 9-13 ms of the first non-ASCII text's sketch, in every process
-    that met one) and written for the next process."""
+    are (the Unicode data, Python, this module's source): 0.5-0.7 ms in a fresh process; where
+    there is none, built (:func:`_build_bmp_tables`: 13-20 ms of the first non-ASCII text's sketch,
+    in every process that met one) and written for the next process."""
     path = cache_path("bmp")
     data = read_cached_file(path)
     if data is not None and len(data) == CACHE_HEAD + 2 * 0x10000:
