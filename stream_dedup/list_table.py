@@ -57,6 +57,9 @@ PREPARE_NODES = 0.85  # node arrays this used: the larger ones are allocated, wr
 MIGRATE_PER_ENTRY, COPY_PER_ENTRY = 4, 12
 #: the largest seq a slot's head holds inline (``-2 - seq`` must fit an int32)
 INLINE_MAX = 2**31 - 2
+#: the next arrays of a growth (:class:`NextArrays`: dtype and initial value of each): slots (keys, heads), nodes
+_SLOT_ARRAYS = ((np.uint64, EMPTY), (np.int32, -1))
+_NODE_ARRAYS = ((np.uint32, 0), (np.int32, 0))
 _NO_KEYS = np.full(0, EMPTY, dtype=np.uint64)
 _NO_HEADS = np.zeros(0, dtype=np.int32)
 _NO_SEQS = np.zeros(0, dtype=np.uint32)
@@ -438,8 +441,7 @@ class MemberLists:
                 # 1 / COPY_PER_ENTRY = 8.3 % of them in entries, and most entries take no node (new
                 # single-member lists), so the copy ends first. bench/scale.py: the chunk of a node
                 # growth ran slower with these filled flat out, f50d668, reverted)
-                self._next_nodes = NextArrays(n, (np.uint32, 0), (np.int32, 0),
-                                              pace=headroom(meta, 1, self.node_seq.shape[0]))
+                self._next_nodes = NextArrays(n, *_NODE_ARRAYS, pace=headroom(meta, 1, self.node_seq.shape[0]))
             # copied into once written (unless the nodes run out first: then wait for them)
             if self._next_nodes is not None \
                     and self._next_nodes.ready(wait=meta.item(1) + nodes > self.node_seq.shape[0]):
@@ -464,7 +466,7 @@ class MemberLists:
             # (the same size if emptied lists made the load)
             new = grown_size(size, meta.item(4) + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size,
                              MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
-            self._next = NextArrays(new, (np.uint64, EMPTY), (np.int32, -1), pace=headroom(meta, 0, MAX_LOAD * size))
+            self._next = NextArrays(new, *_SLOT_ARRAYS, pace=headroom(meta, 0, MAX_LOAD * size))
         # (installed once its thread has written it; an add that would pass MAX_LOAD meanwhile waits for it)
         if self._next is not None and self._next.ready(wait=full):
             self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
@@ -487,12 +489,10 @@ class MemberLists:
         meta = self.meta
         size, n = self.slot_keys.shape[0], self.node_seq.shape[0]
         if slots > 0 and meta.item(0) + slots > PREPARE_LOAD * size:
-            self._next = NextArrays(grown_size(size, meta.item(4) + slots, PREPARE_LOAD, SLOT_GROWTH),
-                                    (np.uint64, EMPTY), (np.int32, -1))
+            self._next = NextArrays(grown_size(size, meta.item(4) + slots, PREPARE_LOAD, SLOT_GROWTH), *_SLOT_ARRAYS)
             self._room = 0
         if nodes > 0 and meta.item(1) + nodes > PREPARE_NODES * n:
-            self._next_nodes = NextArrays(grown_size(n, meta.item(1) + nodes, PREPARE_NODES, GROWTH),
-                                          (np.uint32, 0), (np.int32, 0))
+            self._next_nodes = NextArrays(grown_size(n, meta.item(1) + nodes, PREPARE_NODES, GROWTH), *_NODE_ARRAYS)
             self._room = 0
 
     def _install(self, keys: np.ndarray, head: np.ndarray, steps: int) -> None:

@@ -46,10 +46,13 @@ def expect(lists: Lists, count: int, articles: int) -> None:
     ``count`` indexed so far took on average (:meth:`stream_dedup.engine.Deduplicator.expect`)."""
     if count <= 0 or articles <= 0:
         return
-    # (rounded up: -(-a // b))
+
+    def coming(used: int) -> int:  # (used so far, scaled to the articles coming, rounded up)
+        return -(-used * articles // count)
+
     for table in (lists.buckets, lists.passages):
-        table.expect(-(-table.meta.item(0) * articles // count), -(-table.meta.item(1) * articles // count))
-    lists.simhash.expect(-(-lists.simhash.meta.item(0) * articles // count))
+        table.expect(coming(table.meta.item(0)), coming(table.meta.item(1)))
+    lists.simhash.expect(coming(lists.simhash.meta.item(0)))
 
 
 def build_sketch_tables(index: Index, chunk: int = 8192) -> tuple[BandTable, SimhashTable]:

@@ -50,6 +50,8 @@ _META = 3  # slots used (live or removed) in the table, live entries (in both ta
 #: growth work done per add at least (below these sizes a growth is done at once, as one rehash)
 MIN_MIGRATE = 1 << 14
 MIGRATE_PER_ENTRY = 4  # (8 before: halved as the list tables', to spread a migration over more adds)
+#: the next arrays of a growth (:class:`NextArrays`: dtype and initial value of each): fingerprints, tags, seqs
+_NEXT_ARRAYS = ((np.uint64, 0), (np.uint8, FREE), (np.uint32, 0))
 _NO_FPS = np.zeros(0, dtype=np.uint64)
 _NO_TAGS = np.zeros(0, dtype=np.uint8)
 _NO_SEQS = np.zeros(0, dtype=np.uint32)
@@ -259,8 +261,7 @@ class SimhashTable:
             return
         size = self.fps.shape[0]
         if slots > 0 and self.meta.item(0) + slots > PREPARE_LOAD * size:
-            self._next = NextArrays(grown_size(size, self.meta.item(1) + slots, PREPARE_LOAD, GROWTH),
-                                    (np.uint64, 0), (np.uint8, FREE), (np.uint32, 0))
+            self._next = NextArrays(grown_size(size, self.meta.item(1) + slots, PREPARE_LOAD, GROWTH), *_NEXT_ARRAYS)
             self._room = 0
 
     def reserve(self, entries: int) -> None:
@@ -290,8 +291,7 @@ class SimhashTable:
             # (the same size if removals made the load)
             new = grown_size(size, meta.item(1) + entries + 0.8 * (MAX_LOAD - PREPARE_LOAD) * size, MAX_LOAD / GROWTH, GROWTH)
             # (fps zeroed now, every page touched a chunk per add, not by the migration's scattered writes)
-            self._next = NextArrays(new, (np.uint64, 0), (np.uint8, FREE), (np.uint32, 0),
-                                    pace=headroom(meta, 0, MAX_LOAD * size))
+            self._next = NextArrays(new, *_NEXT_ARRAYS, pace=headroom(meta, 0, MAX_LOAD * size))
         # (installed once its thread has written it; an add that would pass MAX_LOAD meanwhile waits for it)
         if self._next is not None and self._next.ready(wait=full):
             self._install(*self._next.arrays, MIGRATE_PER_ENTRY * entries + MIN_MIGRATE)
