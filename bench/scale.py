@@ -59,7 +59,8 @@ DEFAULT_DATA = REPO.parent / "shared" / "data"
 WORD = re.compile(r"(\w+)")
 TAG = re.compile(r"(<[^>]*>)")
 FLAT = 0.8  # every chunk at least this share of the first chunk's rate
-LIST_BYTES = ("band_table_bytes", "passage_lists_bytes", "simhash_table_bytes")  # the in-memory lists of a stats line
+#: the in-memory lists of a stats line (a line without key tables: a version before format 11)
+LIST_BYTES = ("band_table_bytes", "passage_lists_bytes", "simhash_table_bytes", "key_tables_bytes")
 
 
 MARK = "\x00"  # where a round's suffix goes; json.dumps writes it as the escape below

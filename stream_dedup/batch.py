@@ -1,11 +1,11 @@
 """The index as one batch of decisions sees it: RocksDB as it was when the batch began, overlaid by
 what the batch has written so far, and the batch's writes applied in one ``WriteBatch`` at the end.
 
-:class:`BatchView` has the read methods the engine's decision needs (:meth:`seq_of`,
-:meth:`exact_match`, :meth:`article`, :meth:`lookup`, :meth:`compare`, the passage lists) and
-answers each from the batch's own writes first, then from the values it has read (it reads each
-key of the index at most once: :meth:`prefetch` reads the ids and exact hashes of the whole batch
-in one multi-get), then from RocksDB. The index is not written while a batch runs (a single
+:class:`BatchView` has the read methods the engine's decision needs (:meth:`seqs_of`,
+:meth:`exact_seqs`, :meth:`article`, :meth:`lookup`, :meth:`compare`, the passage lists) and
+answers each from the batch's own writes first, then from the index: its in-memory tables (the ids
+and exact hashes of a whole batch in one lookup each, :mod:`stream_dedup.key_tables`) and the
+records, each read at most once. The index is not written while a batch runs (a single
 writer), so what was read stays true until the batch's own writes replace it. The bucket keys and
 permuted SimHashes of the batch's articles are computed for all of them at once, by the ``dedup``
 command's fingerprint processes when they fingerprinted them (:class:`KeyMaker`): a
@@ -16,7 +16,9 @@ The in-memory lists (LSH buckets, SimHash tables, passage lists: :mod:`stream_de
 are derived from RocksDB, and :meth:`insert` files each article in them at once, as one-by-one
 decisions do: the next article's lookup is one probe of each (no overlay of the batch's own
 members to merge: lookups 53 -> 25 us a dev article). Until the commit the lists are ahead of
-RocksDB (``Index.lists_behind``: no snapshot is written meanwhile).
+RocksDB (``Index.lists_behind``: no snapshot is written meanwhile). The key tables (id -> seq,
+exact hash -> seq) are filed at the commit instead, once RocksDB has the batch: until then the
+batch's own ids and exact hashes are answered from its own writes.
 
 :meth:`commit` writes everything, the index state and the last checkpoint of each name included, in
 one atomic write (a crash leaves the whole batch applied or none of it). A batch that raises
@@ -38,8 +40,16 @@ from .band_table import BandTable, bucket_keys
 from .batch_decisions import _WORD_BYTES, Builder, EventBatch, FiledRun, _joined, decide_all
 from .fingerprint import Fingerprint
 from .fingerprint_batch import FingerprintBatch
-from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _id_key, _u64, run_writes
-from .index_record import NO_IDENTITY, StoredArticle, _unpack_record, stored_signature
+from .index import _POINTS, _TIME, DEFAULT, Entry, Index, Lookup, _u64, run_writes
+from .index_record import (
+    NO_IDENTITY,
+    StoredArticle,
+    _record_ids,
+    _unpack_record,
+    record_exact,
+    stored_signature,
+)
+from .key_tables import exact_keys, id_keys
 from .passages import NO_ANCHORS
 from .record_store import _store_put
 from .simhash_table import _file_article
@@ -68,13 +78,11 @@ def run_batch(engine: Deduplicator, ids: list[str],
     :class:`~stream_dedup.fingerprint_batch.FingerprintBatch`), read their exact hashes (one
     multi-get each), decide one by one in a :class:`BatchView`, write once."""
     view = BatchView(engine.index)
-    id_keys = view.id_keys_of(ids)
-    # (a batch of one reads its key alone: a multi-get of one key costs more)
-    stored = view.get(id_keys) if len(ids) > 1 else [view.get_one(key) for key in id_keys]
+    stored = view.seqs_of(ids)
     fresh: set[str] = set()
     unknown: list[int] = []  # the positions of the first occurrence of each id not indexed (else a replay)
-    for i, (article_id, value) in enumerate(zip(ids, stored, strict=True)):
-        if value is None and article_id not in fresh:
+    for i, (article_id, seq) in enumerate(zip(ids, stored, strict=True)):
+        if seq is None and article_id not in fresh:
             fresh.add(article_id)
             unknown.append(i)
     prepared: Sequence[Prepared | None] = [None] * len(ids)
@@ -89,9 +97,7 @@ def run_batch(engine: Deduplicator, ids: list[str],
                 found = found.fingerprints()
         if builder is None:
             prepared = _prepared(found, unknown, len(ids), engine.config.num_perm)  # type: ignore[arg-type]
-            todo = [p for p in prepared if p is not None]
-            if len(todo) > 1:
-                view.prefetch([b"X" + p.fp.exact for p in todo])
+            if sum(p is not None for p in prepared) > 1:
                 builder = _builder(view, prepared, engine)  # type: ignore[arg-type]
     try:
         if builder is None:
@@ -157,7 +163,7 @@ def _batch_builder(view: BatchView, batch: FingerprintBatch, positions: list[int
     if keys is None or keys.made_for != maker.made_for:
         keys = maker(batch)
     exacts = batch.exacts()
-    exact_values = view.get([b"X" + e for e in exacts])  # (one multi-get)
+    exact_seqs = view.exact_seqs(exacts)
     words = batch.words
     word_at = starts[:, 1].tolist()
     chosen = batch.n_shingles > 0
@@ -183,23 +189,23 @@ def _batch_builder(view: BatchView, batch: FingerprintBatch, positions: list[int
     chosen_exacts = [exacts[r] for r in rows]
     return Builder(n, chosen_positions, [len(w) in (0, _WORD_BYTES) for w in words_of], bucket_keys_, permuted,
                    signatures, simhashes, sizes, chosen_exacts, words_of, identity, identity_at, anchors, anchors_at,
-                   _exact_to(view, chosen_positions, chosen_exacts, n, [exact_values[r] for r in rows]))
+                   _exact_to(view, chosen_positions, chosen_exacts, n, [exact_seqs[r] for r in rows]))
 
 
 def _exact_to(view: BatchView, positions: list[int], exacts: list[bytes], n: int,
-              stored: list[bytes | None] | None = None) -> np.ndarray:
+              stored: list[int | None] | None = None) -> np.ndarray:
     """For each of the batch's ``n`` articles the exact duplicate it may be: the seq of an indexed
     article with its exact hash, ``-2 - j`` for the batch's article ``j`` with it just before, -1
     for none (the articles at ``positions``, with ``exacts``: the kernel walks back through the
     batch's articles with the hash to the latest one indexed, whose exact hash the index maps to it then).
-    ``stored``: the index's values of their ``X`` keys if read already."""
+    ``stored``: their :meth:`BatchView.exact_seqs` if asked already."""
     last: dict[bytes, int] = {}  # each exact hash's latest article in the batch so far
     exact_to = np.full(n, -1, dtype=np.int64)
     if stored is None:
-        stored = view.get([b"X" + e for e in exacts])
-    for i, exact, value in zip(positions, exacts, stored, strict=True):
-        if value is not None:  # (an indexed article's: the exact duplicate of its record, if held)
-            exact_to[i] = int.from_bytes(value, "big")
+        stored = view.exact_seqs(exacts)
+    for i, exact, seq in zip(positions, exacts, stored, strict=True):
+        if seq is not None:  # (an indexed article's: the exact duplicate of its record, if held)
+            exact_to[i] = seq
         else:  # (the batch's articles with this hash before it, latest first: the latest indexed one's)
             if exact in last:
                 exact_to[i] = -2 - last[exact]
@@ -315,10 +321,13 @@ class BatchView:
         self.points_family, self.time_family = self.families[_POINTS], self.families[_TIME]
         self.writes = 0
         self.checkpoints: dict[str, int] = {}  # name -> the batch's last checkpoint offset (put at commit)
-        self.id_keys: dict[str, bytes] = {}
+        # the batch's articles' ids (all) and exact hashes (those indexed) -> seq: filed in the key tables at the commit
+        self.new_ids: dict[str, int] = {}
+        self.new_exacts: dict[bytes, int] = {}
         store = index.record_store
         self.store_arrays = (store.buf, store.keys, store.vals, store.meta)
-        self.buckets, self.lists, self.simhash = index.lists()  # loaded or built now if not: before this batch's write
+        lists = index.lists()  # loaded or built now if not: before this batch's write
+        self.buckets, self.lists, self.simhash, self.ids, self.exacts = lists
         self.passages = self.lists  # (what :func:`stream_dedup.passages.lookup` reads)
         # (list, keys, seq) the batch filed, in order (:meth:`rollback` takes them out again), and the
         # bucket table's member count before it (a bucket over its cap drops its oldest: not undone)
@@ -346,26 +355,44 @@ class BatchView:
             v = known[key] = self.index.get(key, family)
         return v
 
-    def id_key(self, article_id: str) -> bytes:
-        key = self.id_keys.get(article_id)
-        if key is None:
-            key = self.id_keys[article_id] = _id_key(article_id)
-        return key
+    def seqs_of(self, ids: Sequence[str]) -> list[int | None]:
+        """The seq of each of ``ids`` if indexed, else None: the batch's own, else the id table's
+        (one lookup for all), each hit checked against the id its record holds."""
+        num_perm = self.num_perm
+        out = self._held(self.ids.seqs(id_keys(ids)), lambda i, r: _record_ids(r, num_perm)[0] == ids[i])
+        if self.new_ids:
+            new = self.new_ids
+            out = [new.get(a, s) for a, s in zip(ids, out, strict=True)]
+        return out
 
-    def id_keys_of(self, ids: Sequence[str]) -> list[bytes]:
-        """:meth:`id_key` of each of ``ids`` (those made here remembered in one step)."""
-        known = self.id_keys
-        keys = [known.get(i) or _id_key(i) for i in ids]
-        known.update(zip(ids, keys, strict=True))
-        return keys
+    def exact_seqs(self, exacts: list[bytes]) -> list[int | None]:
+        """The seq of the indexed article with each of the exact hashes ``exacts``, else None: the
+        batch's own, else the exact-hash table's (one lookup for all), each hit checked against
+        the exact hash its record holds."""
+        out = self._held(self.exacts.seqs(exact_keys(exacts)), lambda i, r: record_exact(r) == exacts[i])
+        if self.new_exacts:
+            new = self.new_exacts
+            out = [new.get(e, s) for e, s in zip(exacts, out, strict=True)]
+        return out
+
+    def _held(self, seqs: np.ndarray, same: Callable[[int, bytes], bool]) -> list[int | None]:
+        """``seqs`` (a key table's: -1 for none) as seqs or None, a hit kept if ``same(i, record)``
+        (a 64-bit key may be another id's or text's, see :mod:`stream_dedup.key_tables`)."""
+        out: list[int | None] = [None] * seqs.shape[0]
+        if not seqs.shape[0] or seqs.max() < 0:  # (most batches: no replay, no exact copy)
+            return out
+        hits = np.flatnonzero(seqs >= 0).tolist()
+        found = seqs[hits].tolist()
+        for i, seq, record in zip(hits, found, self.records(found), strict=True):
+            if record is not None and same(i, record):
+                out[i] = seq
+        return out
 
     def seq_of(self, article_id: str) -> int | None:
-        v = self.get_one(self.id_key(article_id))
-        return None if v is None else int.from_bytes(v, "big")
+        return self.seqs_of([article_id])[0]
 
     def exact_match(self, exact: bytes) -> int | None:
-        v = self.get_one(b"X" + exact)
-        return None if v is None else int.from_bytes(v, "big")
+        return self.exact_seqs([exact])[0]
 
     def article(self, seq: int) -> StoredArticle | None:
         v = self.get_one(b"A" + _u64(seq))
@@ -432,9 +459,11 @@ class BatchView:
         points, time_key = index.article_writes(seq, article_id=article_id, first_seen=first_seen, simhash=simhash,
                                                 n_shingles=n_shingles, exact=exact, minhash=minhash, root_id=root_id,
                                                 decision=decision, index_sketches=index_sketches, identity=identity,
-                                                anchors=anchors, words=words, postings=postings,
-                                                id_key=self.id_key(article_id))
+                                                anchors=anchors, words=words, postings=postings)
         self._apply(seq, points, time_key, checkpoint, receipt)
+        self.new_ids[article_id] = seq
+        if index_sketches:
+            self.new_exacts[exact] = seq
         # (read from the record store by the next articles' verifications: its kernel called directly, ~0.8 us less)
         _store_put(*self.store_arrays, seq, np.frombuffer(points[0][1], dtype=np.uint8))
         return seq
@@ -450,14 +479,20 @@ class BatchView:
             return
         seq0, n = self.next_seq, len(records)
         self.index.check_seq(seq0 + n - 1)
-        points, times = run_writes(seq0, records, self.id_keys_of(ids), exacts, passages, nows)
+        points, times = run_writes(seq0, records, passages, nows)
+        seqs = range(seq0, seq0 + n)
+        self.new_ids.update(zip(ids, seqs, strict=True))
+        new_exacts = self.new_exacts
+        for exact, seq in zip(exacts, seqs, strict=True):
+            if exact is not None:
+                new_exacts[exact] = seq
         put, cf, tf = self.batch.put, self.points_family, self.time_family
         for key, value in points:  # (the points family's, read again by this batch: known)
             put(key, value, cf)
         self.known_points.update(points)
         for key in times:
             put(key, b"", tf)
-        self.written.update(zip(range(seq0, seq0 + n), records, strict=True))
+        self.written.update(zip(seqs, records, strict=True))
         self.next_seq, self.count = seq0 + n, self.count + n
         self.writes += len(points) + n
         if checkpoints or receipts:
@@ -540,7 +575,24 @@ class BatchView:
         index.db.write(self.batch)
         self.batch, self.writes, self.written = WriteBatch(raw_mode=True), 0, {}
         self.first_seq = self.next_seq
+        self._file_keys()
         self._settled()
+
+    def _file_keys(self) -> None:
+        """File the batch's ids and exact hashes in the key tables (RocksDB has the batch now)."""
+        new_ids, new_exacts = self.new_ids, self.new_exacts
+        self.new_ids, self.new_exacts = {}, {}
+        if self.index._lists is None or self.index._lists.ids is not self.ids:
+            return  # (the lists were dropped: built again from RocksDB, this batch included)
+        try:
+            if new_ids:
+                self.ids.add_entries(id_keys(list(new_ids)), np.fromiter(new_ids.values(), np.uint32, len(new_ids)))
+            if new_exacts:
+                self.exacts.add_entries(exact_keys(list(new_exacts)),
+                                        np.fromiter(new_exacts.values(), np.uint32, len(new_exacts)))
+        except BaseException:
+            self.index.drop_lists()  # (they would miss some of RocksDB's articles)
+            raise
 
     def rollback(self) -> None:
         """Take the batch's articles out of the lists again (the batch raised before its write
@@ -548,6 +600,7 @@ class BatchView:
         restored: then the index's lists are dropped, to be built again from RocksDB when next used."""
         for seq in self.written:  # (their seqs are numbered again by the next batch)
             self.index.record_store.delete(seq)
+        self.new_ids, self.new_exacts = {}, {}
         filed, self.filed = self.filed, []
         if not filed:
             return

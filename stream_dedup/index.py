@@ -1,4 +1,4 @@
-"""The persistent index: article records in RocksDB; LSH buckets, passage lists and SimHash tables in memory.
+"""The persistent index: article records in RocksDB; LSH buckets, passage lists, SimHash and key tables in memory.
 
 One RocksDB (via rocksdict, raw bytes) with four column families. Every integer is big-endian,
 so byte order is numeric order and a prefix seek is a range scan:
@@ -7,8 +7,6 @@ so byte order is numeric order and a prefix seek is a range scan:
 family     key                                        value                        what for
 =========  =========================================  ===========================  ====================
 points     ``A`` seq(8)                               article record (below)       verify, replay
-points     ``I`` mmh3(id)(8) article id (UTF-8)       seq(4; 8 before format 10)   idempotency, remove
-points     ``X`` exact hash(16)                       seq(4; 8 before format 10)   exact fast path
 points     ``D`` seq(8)                               anchors it added (6 bytes)   remove, evict
 time       first_seen ms(8) seq(8)                    empty                        retention order
 receipts   token (the caller orders it)               offset(8) replayed(1)        delivery receipts
@@ -30,7 +28,10 @@ applied, or built from the records, when the index is first used after opening
 (:attr:`Index.buckets`, :mod:`stream_dedup.lists_snapshot`, :mod:`stream_dedup.memory_lists`), and
 updated after each write that RocksDB accepted, so a crash loses nothing that is not rebuilt from
 the records. The permuted SimHash tables are kept the same
-way (:class:`~stream_dedup.simhash_table.SimhashTable`, rebuilt from the records' SimHash).
+way (:class:`~stream_dedup.simhash_table.SimhashTable`, rebuilt from the records' SimHash), and so
+are the id and exact-hash tables (:mod:`stream_dedup.key_tables`: article id -> seq for replays and
+removals, exact hash -> seq for exact copies; rebuilt from the records' ids and exact hashes; the
+``I`` and ``X`` keys of formats 10 and older).
 
 The article record packs first-seen time, SimHash, set size, exact
 hash, the MinHash signature (its low ``SIGNATURE_BITS`` = 16 bits per row, BE: b-bit minwise hashing,
@@ -59,11 +60,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import mmh3
 import numpy as np
 from rocksdict import MemtableFactory, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from . import lists_snapshot, memory_lists
+from . import key_tables, lists_snapshot, memory_lists
 from .band_table import BandTable
 from .index_options import MemoryBudget, cache_counts
 from .index_record import (
@@ -78,6 +78,7 @@ from .index_record import (
     _record_ids,
     _record_words,
     _unpack_record,
+    record_exact,
     stored_signature,
 )
 from .jit import trusted
@@ -100,10 +101,11 @@ _RECEIPT = struct.Struct(">QB")      # checkpoint offset the delivery was applie
 # 8: no LSH bucket keys (``B``) in RocksDB: they are kept in memory;
 # 9: no passage lists in RocksDB either (rebuilt from the ``D`` keys);
 # 10: no SimHash tables either (rebuilt from the records); records store the decision compactly and
-# no root id for a new article, ``I`` and ``X`` values are 4-byte seqs (all still read the old way).
-# 7, 8 and 9 are converted on opening.
-_SCHEMA = 10
-_CONVERTED = (7, 8, 9)  # older formats converted by dropping what moved to memory
+# no root id for a new article, ``I`` and ``X`` values are 4-byte seqs (all still read the old way);
+# 11: no ``I`` (id) and ``X`` (exact hash) keys either (the key tables in memory, rebuilt from the records).
+# 7 to 10 are converted on opening.
+_SCHEMA = 11
+_CONVERTED = (7, 8, 9, 10)  # older formats converted by dropping what moved to memory
 _LEGACY_FAMILIES = ("simhash", PASSAGES)  # families of formats 9 and older, dropped on opening
 _NO_MEMBERS = np.zeros(0, dtype=np.uint32)
 RECORD_CACHE_MAX = 64 << 20  # bytes of recent article records kept in memory at most (Index.records)
@@ -112,7 +114,6 @@ _POINTS, _TIME, _RECEIPTS = "points", "time", "receipts"
 DEFAULT = "default"  # the family of the state, checkpoints and settings
 Entry = tuple[str, bytes, bytes]  # a write: (family, key, value)
 _POINT_PREFIX = 9    # bytes hashed by the points memtable: namespace + 8 well-spread bytes
-_ID_SEED = 0x1D5EED
 
 
 # slots, not frozen: one is built per article on the hot path (frozen costs ~0.1 us per field); read-only by convention
@@ -137,12 +138,6 @@ class Lookup:
 
 def _u64(n: int) -> bytes:
     return _U64.pack(n)
-
-
-def _id_key(article_id: str) -> bytes:
-    """``I`` + 64-bit mmh3 of the id + the id: ids sharing a long prefix (URLs) still spread."""
-    raw = article_id.encode("utf-8", "surrogatepass")
-    return b"I" + mmh3.hash64(raw, _ID_SEED, signed=False)[0].to_bytes(8, "big") + raw
 
 
 class Index:
@@ -194,7 +189,6 @@ class Index:
             self.db.set_write_options(wo)
         self._ordered_read = ReadOptions()
         self._ordered_read.set_total_order_seek(True)
-        self._last_id: tuple[str | None, bytes] = (None, b"")
         self._check_settings(settings, legacy)
         state = self.db.get(b"Mstate")
         self.next_seq, self.count = (0, 0) if state is None else _STATE.unpack(state)
@@ -205,8 +199,12 @@ class Index:
         stored = self.db.get(b"Msettings")
         if stored is not None and stored != wanted and stored in [
                 json.dumps({"schema": old, **settings}, sort_keys=True).encode() for old in _CONVERTED]:
-            # formats 7-9 -> 10: the buckets, passage lists and SimHash tables move to memory
-            self._points.delete_range(b"B", b"C")
+            # formats 7-10 -> 11: the buckets, passage lists, SimHash tables, id and exact-hash keys move
+            # to memory; a snapshot of the lists (without the key tables) and its deletion log are dropped
+            for first, end in ((b"B", b"C"), (b"I", b"J"), (b"X", b"Y")):
+                self._points.delete_range(first, end)
+            self.db.delete(lists_snapshot.TOKEN_KEY)
+            self.db.delete_range(lists_snapshot.DELETION_PREFIX, lists_snapshot.DELETIONS_END)
             for name in legacy:
                 self.db.drop_column_family(name)
             legacy = []
@@ -233,6 +231,7 @@ class Index:
                 "band_table_bytes": self._lists.buckets.nbytes if self._lists is not None else 0,
                 "passage_lists_bytes": self._lists.passages.nbytes if self._lists is not None else 0,
                 "simhash_table_bytes": self._lists.simhash.nbytes if self._lists is not None else 0,
+                "key_tables_bytes": self._lists.ids.nbytes + self._lists.exacts.nbytes if self._lists is not None else 0,
                 "record_store_bytes": self.record_store.nbytes,
                 "block_cache_usage_bytes": self.budget.cache.get_usage(),
                 "block_cache_pinned_bytes": self.budget.cache.get_pinned_usage(),
@@ -298,26 +297,28 @@ class Index:
         del it
 
     def key_counts(self) -> Counter:
-        """Keys per family (``A I X D`` of points, ``T`` time, ``M`` metadata); O(n)."""
+        """Keys per family (``A D`` of points, ``T`` time, ``M`` metadata); O(n)."""
         counts: Counter = Counter(bytes(k[:1]) for k in self._points.keys(read_opt=self._ordered_read))
         counts[b"T"] = sum(1 for _ in self._time.keys())
         counts[b"M"] = sum(1 for _ in self.db.keys())
         return +counts
 
     # -- reads ------------------------------------------------------------------------------
-    def _cached_id_key(self, article_id: str) -> bytes:
-        """:func:`_id_key`, remembered for the last id (``seq_of`` then ``insert`` ask for the same)."""
-        if self._last_id[0] != article_id:
-            self._last_id = (article_id, _id_key(article_id))
-        return self._last_id[1]
-
     def seq_of(self, article_id: str) -> int | None:
-        v = self._points.get(self._cached_id_key(article_id))
-        return None if v is None else int.from_bytes(v, "big")  # 4 bytes, or 8 before format 10
+        """The seq of the indexed article ``article_id`` (its key's, checked against its record), or None."""
+        seq = int(self.lists().ids.seqs(key_tables.id_keys([article_id]))[0])
+        if seq < 0:
+            return None
+        record = self.records([seq])[0]
+        return seq if record is not None and _record_ids(record, self.num_perm)[0] == article_id else None
 
     def exact_match(self, exact: bytes) -> int | None:
-        v = self._points.get(b"X" + exact)
-        return None if v is None else int.from_bytes(v, "big")
+        """The seq of the indexed article whose exact hash is ``exact`` (checked against its record), or None."""
+        seq = int(self.lists().exacts.seqs(key_tables.exact_keys([exact]))[0])
+        if seq < 0:
+            return None
+        record = self.records([seq])[0]
+        return seq if record is not None and record_exact(record) == exact else None
 
     def article(self, seq: int) -> StoredArticle | None:
         v = self._points.get(b"A" + _u64(seq))
@@ -442,22 +443,19 @@ class Index:
     def article_writes(self, seq: int, *, article_id: str, first_seen: float, simhash: int, n_shingles: int,
                        exact: bytes, minhash: np.ndarray, root_id: str, decision: dict | list | bytes,
                        index_sketches: bool, identity: np.ndarray = NO_IDENTITY, anchors: int = 0, words: bytes = b"",
-                       postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b""),
-                       id_key: bytes | None = None) -> tuple[list[tuple[bytes, bytes]], bytes]:
+                       postings: tuple[np.ndarray, bytes] = (NO_ANCHORS, b"")) -> tuple[list[tuple[bytes, bytes]], bytes]:
         """The writes that index article ``seq``: ``(key, value)`` pairs of the points family, its
         record first, and its key in the time family (an empty value).
 
-        (Its LSH bucket keys and its SimHash permuted for each table are filed in the in-memory lists
-        by the caller, :meth:`BatchView.insert <stream_dedup.batch.BatchView.insert>`: not written here.)
+        (Its LSH bucket keys, its SimHash permuted for each table, its id and its exact hash are filed
+        in the in-memory lists by the caller, :class:`~stream_dedup.batch.BatchView`: not written here.)
         ``anchors`` is its number of passage anchors, ``postings`` the anchors whose passage lists it
         joins and their ``D`` value (:func:`stream_dedup.passages.posting_writes`): only the ``D`` key
         is written here; the caller files the article in :attr:`passage_lists` once the write is done.
-        ``id_key``: :func:`_id_key` of ``article_id`` if the caller has it.
         """
         return record_writes(seq, _pack_record(first_seen, simhash, n_shingles, index_sketches, exact, minhash,
                                                article_id, root_id, decision, identity, anchors, words),
-                             id_key or self._cached_id_key(article_id), exact if index_sketches else None, postings[1],
-                             first_seen)
+                             postings[1], first_seen)
 
     def state_entry(self) -> Entry:
         """The write that stores the index state (next seq, count)."""
@@ -525,18 +523,16 @@ class Index:
         s8 = _u64(art.seq)
         wb.delete(b"A" + s8, points)
         self.record_store.delete(art.seq)
-        if self.seq_of(art.article_id) == art.seq:
-            wb.delete(self._cached_id_key(art.article_id), points)
         wb.delete(_u64(int(art.first_seen * 1000)) + s8, self._cf[_TIME])
         wb.delete(DELETE_PREFIX + s8, points)
-        if art.indexed:
-            if self.exact_match(art.exact) == art.seq:
-                wb.delete(b"X" + art.exact, points)
         self.count -= 1
         wb.put(b"Mstate", _STATE.pack(self.next_seq, self.count))
         lists_snapshot.log_deletion(self, wb, art, added)  # the lists' snapshot holds it: undone at a restart from it
         self.lists_behind = True
         self.db.write(wb)
+        lists.ids.remove(key_tables.id_keys([art.article_id]), art.seq)  # (a key holding another seq keeps it)
+        if art.indexed:
+            lists.exacts.remove(key_tables.exact_keys([art.exact]), art.seq)
         if art.indexed and len(bucket_keys):
             lists.buckets.remove(bucket_keys, art.seq)
         if art.indexed and len(permuted):
@@ -668,28 +664,24 @@ def files_bytes(entries: Iterable[os.DirEntry], snapshot: bool) -> int:
     return total
 
 
-def record_writes(seq: int, record: bytes, id_key: bytes, exact: bytes | None, passages: bytes,
+def record_writes(seq: int, record: bytes, passages: bytes,
                   first_seen: float) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """:meth:`Index.article_writes` of an article whose record is packed: its ``A``, ``I``, ``X`` (if
-    ``exact``: indexed) and ``D`` (if ``passages``) writes, and its key in the time family."""
-    points, times = run_writes(seq, [record], [id_key], [exact], [passages], [first_seen])
+    """:meth:`Index.article_writes` of an article whose record is packed: its ``A`` and ``D`` (if
+    ``passages``) writes, and its key in the time family."""
+    points, times = run_writes(seq, [record], [passages], [first_seen])
     return points, times[0]
 
 
-def run_writes(seq0: int, records: list[bytes], id_keys: list[bytes], exacts: list[bytes | None],
-               passages: list[bytes], first_seen: Sequence[float]) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
+def run_writes(seq0: int, records: list[bytes], passages: list[bytes],
+               first_seen: Sequence[float]) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
     """:func:`record_writes` of consecutive articles from seq ``seq0``: all their point writes in
     order, and their keys in the time family."""
     points: list[tuple[bytes, bytes]] = []
     times: list[bytes] = []
     pack = _U64.pack
-    for k, (record, id_key, exact, passage, now) in enumerate(zip(records, id_keys, exacts, passages, first_seen,
-                                                                  strict=True)):
+    for k, (record, passage, now) in enumerate(zip(records, passages, first_seen, strict=True)):
         s8 = pack(seq0 + k)
-        s4 = s8[4:]  # (seqs fit 4 bytes: check_seq)
-        points += ((b"A" + s8, record), (id_key, s4))
-        if exact is not None:
-            points.append((b"X" + exact, s4))
+        points.append((b"A" + s8, record))
         if passage:
             points.append((DELETE_PREFIX + s8, passage))
         times.append(pack(int(now * 1000)) + s8)

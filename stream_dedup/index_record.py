@@ -23,7 +23,7 @@ import numpy as np
 
 from . import stored_decision
 
-__all__ = ["FLAG_INDEXED", "NO_IDENTITY", "SIGNATURE_BITS", "StoredArticle", "stored_signature"]
+__all__ = ["FLAG_INDEXED", "NO_IDENTITY", "SIGNATURE_BITS", "StoredArticle", "record_exact", "record_id_bytes", "stored_signature"]
 
 _RECORD = struct.Struct(">dQIB16s")  # first_seen, simhash, n_shingles, flags, exact
 _LENGTHS = struct.Struct(">HHHHB")   # UTF-8 lengths of the ids, identity sketch length, passage anchors, words
@@ -91,6 +91,19 @@ def _record_ids(value: bytes | memoryview, num_perm: int) -> tuple[str, str, int
     # root length 0: the article is its own root (older records spell the id out again)
     root_id = str(value[pos + id_len:end], "utf-8", "surrogatepass") if root_len else article_id
     return article_id, root_id, end + 4 * k + w
+
+
+def record_id_bytes(value: bytes | memoryview, num_perm: int) -> bytes:
+    """The article id of a packed record, as its UTF-8."""
+    pos = _RECORD.size + _SIG_DTYPE.itemsize * num_perm
+    id_len = _LENGTHS.unpack_from(value, pos)[0]
+    pos += _LENGTHS.size
+    return bytes(value[pos:pos + id_len])
+
+
+def record_exact(value: bytes | memoryview) -> bytes:
+    """The 16-byte exact hash of a packed record."""
+    return bytes(value[_RECORD.size - 16:_RECORD.size])
 
 
 def _record_identity(value: bytes, num_perm: int) -> np.ndarray:

@@ -13,7 +13,7 @@ there on, as a build reads all of them), so a process that was killed restarts f
 snapshot plus what it wrote since, not from the whole index. Articles are added in seq order, and
 deleted (retention, :meth:`~stream_dedup.engine.Deduplicator.remove`) between batches: while a
 snapshot is valid, each deletion also writes, in its own write, a log entry (``Mdel``: the next seq
-at that moment, the seq, the record's head and ``D`` value), and the restart applies it between the
+at that moment, the seq, the record's head, its id key and ``D`` value), and the restart applies it between the
 articles added before and after it, as the live lists did (a bucket at its cap drops its oldest
 member: the order of adds and deletes matters). The next snapshot clears the log; past
 :data:`MAX_LOGGED_DELETIONS` the log and the token are dropped instead. A file without its token is
@@ -51,11 +51,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rocksdict import WriteBatch
 
-from .band_table import BandTable
 from .direct_write import write_layout
 from .index_record import _RECORD, _SIG_DTYPE, FLAG_INDEXED
-from .list_table import UNCAPPED, MemberLists
-from .memory_lists import Lists, file_heads, file_passages, file_sketches, record_heads
+from .key_tables import exact_keys, id_key
+from .memory_lists import Lists, empty, file_heads, file_passages, file_records, record_heads
 from .passages import anchors_of
 from .simhash_table import SimhashTable
 
@@ -73,8 +72,9 @@ MAGIC = b"SDLISTS3"
 ALIGN = 64
 TOKEN_KEY = b"Mlists"
 #: the deletions since the snapshot, each in its own write: ``Mdel`` + the index's next seq when it
-#: was made (8) + the article's seq (8) -> its record head and its ``D`` value (what filed it)
-DELETION_PREFIX, _DELETIONS_END = b"Mdel", b"Mdem"
+#: was made (8) + the article's seq (8) -> its record head, its id key (8, :func:`~stream_dedup.key_tables.id_key`)
+#: and its ``D`` value (what filed it; before format 11 no id key: such a log goes with its snapshot, see Index)
+DELETION_PREFIX, DELETIONS_END = b"Mdel", b"Mdem"
 #: past this many deletions since the snapshot the log is dropped with the token (a restart then builds
 #: the lists): what bounds it when snapshots are only written at close (~300 bytes each)
 MAX_LOGGED_DELETIONS = 100_000
@@ -89,7 +89,8 @@ def _fingerprint(index: Index) -> list[int]:
 def _parts(lists: Lists) -> list[tuple[str, object, tuple[str, ...]]]:
     """(prefix in the snapshot, table, its arrays) of each list."""
     return [("buckets_", lists.buckets, _LIST_ARRAYS), ("lists_", lists.passages, _LIST_ARRAYS),
-            ("simhash_", lists.simhash, SimhashTable.ARRAYS)]
+            ("simhash_", lists.simhash, SimhashTable.ARRAYS), ("ids_", lists.ids, _LIST_ARRAYS),
+            ("exacts_", lists.exacts, _LIST_ARRAYS)]
 
 
 def load(index: Index) -> Lists | None:
@@ -124,7 +125,7 @@ def _forget(index: Index, batch: WriteBatch) -> None:
     """Put in ``batch`` the deletion of the snapshot's token and of its deletion log; from now on no
     snapshot is valid (nothing is logged, and one being written is not made valid)."""
     batch.delete(TOKEN_KEY)
-    batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
+    batch.delete_range(DELETION_PREFIX, DELETIONS_END)
     index.logged_deletions = None
     index.snapshot_generation += 1
 
@@ -141,8 +142,7 @@ def _load(index: Index, path: Path, token: bytes) -> Lists | None:
     if shape[2:] != _fingerprint(index)[2:] or next_seq > index.next_seq \
             or index.count - count != index.next_seq - next_seq - len(deletions):
         return None
-    lists = Lists(BandTable(*index.banding, index.max_bucket, slots=1, nodes=1),
-                  MemberLists(UNCAPPED, slots=1, nodes=1), SimhashTable(index.tables.key_masks, slots=1))
+    lists = empty(index, slots=1)
     for prefix, table, names in _parts(lists):
         for name in names:
             setattr(table, name, arrays[prefix + name])
@@ -168,7 +168,7 @@ def _replay(index: Index, lists: Lists, start: int, log: list[tuple[int, int, by
     filed, seq = 0, start
     for stop in sorted(made_at.keys() | gone.keys() | {index.next_seq}):
         if seq < stop:
-            filed += file_sketches(index, lists.buckets, lists.simhash, seq, stop=stop)
+            filed += file_records(index, lists, seq, stop=stop)
             file_passages(index, lists.passages, seq, stop=stop)
             seq = stop
         for deleted, value in made_at.get(stop, ()):  # the deletions made when the next seq was ``stop`` ...
@@ -190,34 +190,41 @@ def log_deletion(index: Index, batch: WriteBatch, art: StoredArticle, added: byt
         return
     head = _RECORD.pack(art.first_seen, art.simhash, art.n_shingles, FLAG_INDEXED if art.indexed else 0, art.exact)
     batch.put(DELETION_PREFIX + index.next_seq.to_bytes(8, "big") + art.seq.to_bytes(8, "big"),
-              head + art.minhash.astype(_SIG_DTYPE, copy=False).tobytes() + (added or b""))
+              head + art.minhash.astype(_SIG_DTYPE, copy=False).tobytes() + id_key(art.article_id).to_bytes(8, "big")
+              + (added or b""))
     index.logged_deletions += 1
 
 
 def _deletions(index: Index) -> list[tuple[int, int, bytes]]:
-    """The deletion log (:func:`log_deletion`): (next seq then, seq, head + ``D`` value), in the order made."""
+    """The deletion log (:func:`log_deletion`): (next seq then, seq, head + id key + ``D`` value), in
+    the order made."""
     n = len(DELETION_PREFIX)
     return [(int.from_bytes(key[n:n + 8], "big"), int.from_bytes(key[n + 8:n + 16], "big"), value)
             for key, value in index.scan_meta(DELETION_PREFIX)]
 
 
-def _split(index: Index, value: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """(record head, anchors added) of a deletion log entry."""
+def _split(index: Index, value: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(record head, id key (uint64[1]), anchors added) of a deletion log entry."""
     head = record_heads(index.num_perm)
-    return np.frombuffer(value[:head.itemsize], dtype=head), anchors_of(value[head.itemsize:])
+    n = head.itemsize
+    return (np.frombuffer(value[:n], dtype=head), np.frombuffer(value[n:n + 8], dtype=">u8").astype(np.uint64),
+            anchors_of(value[n + 8:]))
 
 
 def _file_logged(index: Index, lists: Lists, seq: int, value: bytes) -> None:
-    """File article ``seq`` from its deletion log entry, as :func:`file_sketches` and :func:`file_passages` would."""
-    rows, anchors = _split(index, value)
-    file_heads(index, lists.buckets, lists.simhash, rows, np.array([seq], dtype=np.uint32))
+    """File article ``seq`` from its deletion log entry, as :func:`file_records` and :func:`file_passages` would."""
+    rows, ids, anchors = _split(index, value)
+    file_heads(index, lists, rows, np.array([seq], dtype=np.uint32), ids)
     if anchors.shape[0]:
         lists.passages.add_entries(anchors, np.full(anchors.shape[0], seq, dtype=np.uint32))
 
 
 def _unfile(index: Index, lists: Lists, seq: int, value: bytes) -> None:
     """Take article ``seq`` out of the lists, as :meth:`Index.delete` did."""
-    rows, anchors = _split(index, value)
+    rows, ids, anchors = _split(index, value)
+    lists.ids.remove(ids, seq)
+    if rows["flags"][0] & FLAG_INDEXED:
+        lists.exacts.remove(exact_keys(rows["exact"]), seq)
     if rows["flags"][0] & FLAG_INDEXED and rows["n_shingles"][0] > 0:
         lists.buckets.remove(lists.buckets.keys(rows["sig"][0]), seq)
         lists.simhash.remove(np.asarray(index.tables.permute_array(int(rows["simhash"][0])), dtype=np.uint64), seq)
@@ -297,7 +304,7 @@ def _commit(index: Index, token: bytes, held: list[bytes] | None) -> None:
     batch = WriteBatch(raw_mode=True)
     batch.put(TOKEN_KEY, token)
     if held is None:
-        batch.delete_range(DELETION_PREFIX, _DELETIONS_END)
+        batch.delete_range(DELETION_PREFIX, DELETIONS_END)
     else:
         for key in held:
             batch.delete(key)

@@ -1,14 +1,16 @@
 """The index's in-memory lists and how they are built from RocksDB.
 
 The LSH buckets (:class:`~stream_dedup.band_table.BandTable`), the passage lists
-(:class:`~stream_dedup.list_table.MemberLists`) and the permuted SimHash tables
-(:class:`~stream_dedup.simhash_table.SimhashTable`) are derived from what RocksDB keeps: the buckets
-from the 16-bit signature rows of the article records (``A`` keys), the SimHash tables from their
-SimHash, the passage lists from the anchors each article joined (``D`` keys). Building them reads
+(:class:`~stream_dedup.list_table.MemberLists`), the permuted SimHash tables
+(:class:`~stream_dedup.simhash_table.SimhashTable`) and the id and exact-hash tables
+(:mod:`stream_dedup.key_tables`) are derived from what RocksDB keeps: the buckets from the 16-bit
+signature rows of the article records (``A`` keys), the SimHash tables from their SimHash, the key
+tables from their ids and exact hashes, the passage lists from the anchors each article joined
+(``D`` keys). Building them reads
 every such key once, in seq order, a chunk of records at a time: 7-15 s per million articles on the
 2-core benchmark machines (README, Scale). :mod:`stream_dedup.lists_snapshot` keeps a copy on disk
 so that an index is not built again at each start; it files the articles added after the copy with
-the same functions (:func:`file_sketches`, :func:`file_passages`, from a seq to a seq).
+the same functions (:func:`file_records`, :func:`file_passages`, from a seq to a seq).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from .band_table import BandTable
-from .index_record import _RECORD, _SIG_DTYPE, FLAG_INDEXED
+from .index_record import _RECORD, _SIG_DTYPE, FLAG_INDEXED, record_id_bytes
+from .key_tables import KeyTable, exact_keys, raw_id_keys
 from .list_table import UNCAPPED, MemberLists
 from .passages import ANCHOR_BYTES, DELETE_PREFIX, anchors_of
 from .simhash_table import SimhashTable
@@ -33,12 +36,24 @@ class Lists(NamedTuple):
     buckets: BandTable
     passages: MemberLists
     simhash: SimhashTable
+    ids: KeyTable      # article id -> seq (every article)
+    exacts: KeyTable   # exact hash -> seq (indexed articles)
 
 
-def build(index: Index) -> Lists:
-    """Every list, from RocksDB."""
-    buckets, simhash = build_sketch_tables(index)
-    return Lists(buckets, build_passage_lists(index), simhash)
+def empty(index: Index, slots: int = 1 << 12) -> Lists:
+    """Empty lists for ``index`` (``slots``: of each hash table; 1 for arrays a snapshot replaces)."""
+    return Lists(BandTable(*index.banding, index.max_bucket, slots=slots, nodes=slots),
+                 MemberLists(UNCAPPED, slots=slots, nodes=slots),  # the engine stops adding at --passage-common-docs
+                 SimhashTable(index.tables.key_masks, slots=slots), KeyTable(slots), KeyTable(slots))
+
+
+def build(index: Index, chunk: int = 8192) -> Lists:
+    """Every list, from RocksDB: the records' in seq order, a chunk of records at a time (after a
+    crash this is what the first decision waits for), then the passage lists."""
+    lists = empty(index)
+    file_records(index, lists, 0, chunk)
+    file_passages(index, lists.passages, 0, chunk // 2)
+    return lists
 
 
 def expect(lists: Lists, count: int, articles: int) -> None:
@@ -50,43 +65,43 @@ def expect(lists: Lists, count: int, articles: int) -> None:
     def coming(used: int) -> int:  # (used so far, scaled to the articles coming, rounded up)
         return -(-used * articles // count)
 
-    for table in (lists.buckets, lists.passages):
+    for table in (lists.buckets, lists.passages, lists.ids, lists.exacts):
         table.expect(coming(table.meta.item(0)), coming(table.meta.item(1)))
     lists.simhash.expect(coming(lists.simhash.meta.item(0)))
 
 
-def build_sketch_tables(index: Index, chunk: int = 8192) -> tuple[BandTable, SimhashTable]:
-    """The LSH buckets and SimHash table entries of every indexed article, from the records, in seq order.
-
-    Each chunk of records is read as one array (:func:`_record_heads`: their fixed-size heads),
-    not unpacked one by one: after a crash this is what the first decision waits for."""
-    table = BandTable(*index.banding, index.max_bucket)
-    simhash = SimhashTable(index.tables.key_masks)
-    file_sketches(index, table, simhash, 0, chunk)
-    return table, simhash
-
-
-def file_sketches(index: Index, table: BandTable, simhash: SimhashTable, start: int, chunk: int = 8192,
-                  stop: int | None = None) -> int:
-    """File the articles of seqs ``start`` to ``stop`` (excluded; None: the last) in ``table`` and
-    ``simhash``, in seq order, as the decisions filed them; returns the number of records read."""
+def file_records(index: Index, lists: Lists, start: int, chunk: int = 8192, stop: int | None = None) -> int:
+    """File the articles of seqs ``start`` to ``stop`` (excluded; None: the last) in the LSH buckets,
+    SimHash tables and key tables, in seq order, as the decisions filed them; returns the number of
+    records read. Each chunk's fixed-size heads are read as one array (:func:`record_heads`), not
+    unpacked one by one; only the ids are taken from each record."""
     head = record_heads(index.num_perm)
+    size, num_perm = head.itemsize, index.num_perm
     read = 0
-    for heads, numbers in _chunks(index, b"A", chunk, head.itemsize, start, stop):
+    for values, numbers in _chunks(index, b"A", chunk, None, start, stop):
         read += numbers.shape[0]
-        file_heads(index, table, simhash, np.frombuffer(b"".join(heads), dtype=head), numbers)
+        rows = np.frombuffer(b"".join([v[:size] for v in values]), dtype=head)
+        file_heads(index, lists, rows, numbers, raw_id_keys([record_id_bytes(v, num_perm) for v in values]))
     return read
 
 
-def file_heads(index: Index, table: BandTable, simhash: SimhashTable, rows: np.ndarray, numbers: np.ndarray) -> None:
-    """File the record heads ``rows`` (seqs ``numbers``) that have sketches: not exact copies, empty
-    texts nor close near-copies (their records say so)."""
-    keep = ((rows["flags"] & FLAG_INDEXED) != 0) & (rows["n_shingles"] > 0)
+def file_heads(index: Index, lists: Lists, rows: np.ndarray, numbers: np.ndarray, ids: np.ndarray) -> None:
+    """File the record heads ``rows`` (seqs ``numbers``, id keys ``ids``): every one in the id table,
+    those indexed in the exact-hash table, and those with sketches (not exact copies, empty texts nor
+    close near-copies: their records say so) in the LSH buckets and SimHash tables."""
+    lists.ids.add_entries(ids, numbers)
+    indexed = (rows["flags"] & FLAG_INDEXED) != 0
+    if indexed.all():
+        lists.exacts.add_entries(exact_keys(rows["exact"]), numbers)
+    elif indexed.any():
+        lists.exacts.add_entries(exact_keys(rows["exact"][indexed]), numbers[indexed])
+    keep = indexed & (rows["n_shingles"] > 0)
     if not keep.all():
         rows, numbers = rows[keep], numbers[keep]
     if rows.shape[0]:
+        table = lists.buckets
         table.add(table.keys(rows["sig"]), numbers)
-        simhash.add_many(index.tables.permute_many(rows["simhash"].astype(np.uint64)), numbers)
+        lists.simhash.add_many(index.tables.permute_many(rows["simhash"].astype(np.uint64)), numbers)
 
 
 def record_heads(num_perm: int) -> np.dtype:
@@ -96,14 +111,6 @@ def record_heads(num_perm: int) -> np.dtype:
                      ("exact", "V16"), ("sig", _SIG_DTYPE, (num_perm,))])
     assert head.itemsize == _RECORD.size + _SIG_DTYPE.itemsize * num_perm
     return head
-
-
-def build_passage_lists(index: Index, chunk: int = 4096) -> MemberLists:
-    """The passage lists: each article in the lists its ``D`` key names, in seq order (a chunk of
-    ``D`` values converted as one array: :func:`~stream_dedup.passages.anchors_of` of their bytes)."""
-    lists = MemberLists(UNCAPPED)  # the engine stops adding at --passage-common-docs
-    file_passages(index, lists, 0, chunk)
-    return lists
 
 
 def file_passages(index: Index, lists: MemberLists, start: int, chunk: int = 4096, stop: int | None = None) -> None:

@@ -121,6 +121,10 @@ class Metrics:
             "stream_dedup_simhash_table_bytes", "Memory of the permuted SimHash tables, kept out of RocksDB and "
             "outside --memory (~190-280 bytes per indexed article at 10 tables; see stream_dedup.simhash_table).",
             registry=r)
+        self.key_tables_bytes = Gauge(
+            "stream_dedup_key_tables_bytes", "Memory of the id and exact-hash tables (article id -> seq, exact hash "
+            "-> seq), kept out of RocksDB and outside --memory (~15-30 bytes per article each; see "
+            "stream_dedup.key_tables).", registry=r)
         self.record_store_bytes = Gauge(
             "stream_dedup_record_store_bytes", "Memory of the records of the articles read or written lately, "
             "kept for verifications outside --memory (up to min(64 MB, --memory / 64) and its map; see "
@@ -139,6 +143,7 @@ class Metrics:
         self.band_table_bytes.set(stats["band_table_bytes"])
         self.passage_lists_bytes.set(stats["passage_lists_bytes"])
         self.simhash_table_bytes.set(stats["simhash_table_bytes"])
+        self.key_tables_bytes.set(stats["key_tables_bytes"])
         self.record_store_bytes.set(stats["record_store_bytes"])
         for result, key in (("hit", "block_cache_hits"), ("miss", "block_cache_misses")):
             total = stats[key]

@@ -66,8 +66,9 @@ class StatsLines:
     ``cpu_seconds`` of the process since the clock started (RocksDB's compaction threads included),
     ``main_thread_cpu_seconds`` (the thread that reads, decides and writes: the rest is RocksDB's
     flushes and compactions, a table's growth, the lists' snapshot), ``rss_bytes``, ``index_articles``, ``index_bytes`` (on disk), ``memory_budget_bytes``,
-    ``block_cache_usage_bytes``, ``band_table_bytes``, ``passage_lists_bytes`` and ``simhash_table_bytes``
-    (the LSH buckets, passage lists and SimHash tables in memory) and ``block_cache_hit_rate``
+    ``block_cache_usage_bytes``, ``band_table_bytes``, ``passage_lists_bytes``, ``simhash_table_bytes`` and
+    ``key_tables_bytes`` (the LSH buckets, passage lists, SimHash tables and id and exact-hash tables in
+    memory) and ``block_cache_hit_rate``
     over the chunk.
     """
 
@@ -93,7 +94,7 @@ class StatsLines:
                 "memory_budget_bytes": mem["memory_budget_bytes"],
                 "block_cache_usage_bytes": mem["block_cache_usage_bytes"],
                 "band_table_bytes": mem["band_table_bytes"], "passage_lists_bytes": mem["passage_lists_bytes"],
-                "simhash_table_bytes": mem["simhash_table_bytes"],
+                "simhash_table_bytes": mem["simhash_table_bytes"], "key_tables_bytes": mem["key_tables_bytes"],
                 "block_cache_hit_rate": round(dh / (dh + dm), 4) if dh + dm else None}
         print(json.dumps(line), file=sys.stderr, flush=True)
         self.last = (time.perf_counter(), summary.lines, mem["block_cache_hits"], mem["block_cache_misses"])

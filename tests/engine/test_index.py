@@ -14,6 +14,7 @@ from rocksdict import Options, Rdict
 from stream_dedup import lists_snapshot
 from stream_dedup.index import Index, files_bytes
 from stream_dedup.index_record import stored_signature
+from stream_dedup.key_tables import id_key
 
 SETTINGS = {"num_perm": 8, "seed": 1, "purpose": "index-test"}
 BANDING = (2, 3)  # two bands of three rows: signature rows 0-2 and 3-5
@@ -92,8 +93,9 @@ def test_unindexed_records_have_no_sketch_keys(tmp_path: Path) -> None:
     assert idx.exact_match((0).to_bytes(16, "big")) is None
     assert idx.lookup(keys(idx, signature(0)), [], 256).lsh == set() and idx.buckets.members == 0
     fam = key_families(idx)
-    assert fam[b"X"] == 0 and idx.simhash_table.entries == 0
-    assert fam[b"A"] == 1 and fam[b"I"] == 1 and fam[b"T"] == 1
+    assert idx.lists().exacts.members == 0 and idx.simhash_table.entries == 0
+    assert fam[b"A"] == 1 and fam[b"T"] == 1 and idx.lists().ids.members == 1 and idx.seq_of("a0") == seq
+    assert fam[b"I"] == fam[b"X"] == 0  # the key tables are in memory only (format 11)
     assert idx.article(seq).indexed is False
     idx.close()
 
@@ -159,10 +161,12 @@ def test_delete_removes_every_key_of_the_article(tmp_path: Path) -> None:
     add(idx, 0, sig=signature(0, band0=7), bucketed=True, permuted=[10], first_seen=5.0)
     add(idx, 1, sig=signature(1, band0=7), bucketed=True, permuted=[11], first_seen=6.0)
     before = key_families(idx)
+    assert (idx.lists().ids.members, idx.lists().exacts.members) == (2, 2)
     art = idx.article(0)
     idx.delete(art, keys(idx, art.minhash), [10])
     after = key_families(idx)
-    assert before - after == Counter({b"A": 1, b"I": 1, b"T": 1, b"X": 1})
+    assert before - after == Counter({b"A": 1, b"T": 1})
+    assert idx.lists().ids.as_dict() == {id_key("a1"): [1]} and idx.lists().exacts.as_dict() == {1: [1]}
     assert idx.simhash_table.as_set() == {(0, 11, 1)}
     assert idx.count == 1
     assert idx.seq_of("a0") is None and idx.article(0) is None and idx.exact_match((0).to_bytes(16, "big")) is None
@@ -254,18 +258,26 @@ def test_an_index_in_the_old_format_is_refused_in_one_line(tmp_path: Path) -> No
     stored = json.loads(idx.db.get(b"Msettings"))
     idx.db.put(b"Msettings", json.dumps({**stored, "schema": 6}, sort_keys=True).encode())  # as format 6 wrote it
     idx.close()
-    with pytest.raises(ValueError, match=r"is in format 6 .*reads format 10 \(16-bit signatures\).*Rebuild") as err:
+    with pytest.raises(ValueError, match=r"is in format 6 .*reads format 11 \(16-bit signatures\).*Rebuild") as err:
         open_index(tmp_path)
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("old", [7, 8, 9])
-def test_an_index_of_format_7_to_9_drops_what_moved_to_memory_and_opens(tmp_path: Path, old: int) -> None:
+@pytest.mark.parametrize("old", [7, 8, 9, 10])
+def test_an_index_of_format_7_to_10_drops_what_moved_to_memory_and_opens(tmp_path: Path, old: int) -> None:
     idx = open_index(tmp_path)
     fp = idx.tables.permute_array(0xABCD_0123_4567_89EF)
     add(idx, 0, sig=signature(0, band0=7), bucketed=True, permuted=fp.tolist(), simhash=0xABCD_0123_4567_89EF)
+    add(idx, 1, article_id="copy", exact=(0).to_bytes(16, "big"), indexed=False)  # an exact copy: no X key
     stored = json.loads(idx.db.get(b"Msettings"))
     idx.db.put(b"Msettings", json.dumps({**stored, "schema": old}, sort_keys=True).encode())
+    # the id and exact-hash keys as formats 10 and older kept them (seqs of 4 bytes; 8 before 10), and a
+    # lists' snapshot token with a deletion log entry of format 10's layout (no id key in it)
+    width = 4 if old == 10 else 8
+    for key, seq in ((b"I" + bytes(8) + b"a0", 0), (b"I" + bytes(8) + b"copy", 1), (b"X" + bytes(16), 0)):
+        idx._points.put(key, seq.to_bytes(width, "big"))
+    idx.db.put(lists_snapshot.TOKEN_KEY, b"t" * 16)
+    idx.db.put(lists_snapshot.DELETION_PREFIX + bytes(16), b"h" * 40)
     if old == 7:
         idx._points.put(b"B\x00\x00" + bytes(6), (0).to_bytes(4, "big"))  # a bucket as format 7 kept it
     for family in ("passages", "simhash"):  # a passage list as formats 6-8 kept it, a SimHash entry as 5-9 did
@@ -273,12 +285,18 @@ def test_an_index_of_format_7_to_9_drops_what_moved_to_memory_and_opens(tmp_path
     idx.close()
     assert {"passages", "simhash"} <= set(Rdict.list_cf(str(tmp_path), Options(raw_mode=True)))
     idx = open_index(tmp_path)
-    assert key_families(idx)[b"B"] == 0 and json.loads(idx.db.get(b"Msettings"))["schema"] == 10
+    families = key_families(idx)
+    assert families[b"B"] == families[b"I"] == families[b"X"] == 0
+    assert json.loads(idx.db.get(b"Msettings"))["schema"] == 11
+    assert idx.db.get(lists_snapshot.TOKEN_KEY) is None and not list(idx.scan_meta(lists_snapshot.DELETION_PREFIX))
     found = idx.lookup(keys(idx, signature(0, band0=7))[:1], fp, 0)  # rebuilt from the record
     assert (found.lsh, found.simhash, found.candidates()) == ({0}, {0}, [0])
+    # so are the key tables: both ids, the indexed article's exact hash only
+    assert idx.seq_of("a0") == 0 and idx.seq_of("copy") == 1 and idx.exact_match(bytes(16)) == 0
+    assert idx.exact_match((1).to_bytes(16, "big")) is None and idx.lists().exacts.members == 1
     idx.close()
     assert not {"passages", "simhash"} & set(Rdict.list_cf(str(tmp_path), Options(raw_mode=True)))
-    assert open_index(tmp_path).count == 1
+    assert open_index(tmp_path).count == 2
 
 
 def test_seqs_beyond_what_a_bucket_can_name_are_refused(tmp_path: Path) -> None:

@@ -68,7 +68,8 @@ def test_metrics_follow_the_memory_stats() -> None:
     m = Metrics()
     stats = {"memory_budget_bytes": 1 << 30, "block_cache_usage_bytes": 5000, "block_cache_hits": 90,
              "block_cache_misses": 10, "band_table_bytes": 4096,
-             "passage_lists_bytes": 2048, "simhash_table_bytes": 1024, "record_store_bytes": 512}
+             "passage_lists_bytes": 2048, "simhash_table_bytes": 1024, "key_tables_bytes": 768,
+             "record_store_bytes": 512}
     m.observe_memory(stats)
     m.observe_memory({**stats, "block_cache_hits": 150, "block_cache_misses": 30})
     value = m.registry.get_sample_value
@@ -77,6 +78,7 @@ def test_metrics_follow_the_memory_stats() -> None:
     assert value("stream_dedup_band_table_bytes") == 4096
     assert value("stream_dedup_passage_lists_bytes") == 2048
     assert value("stream_dedup_simhash_table_bytes") == 1024
+    assert value("stream_dedup_key_tables_bytes") == 768
     assert value("stream_dedup_record_store_bytes") == 512
     assert value("stream_dedup_block_cache_lookups_total", {"result": "hit"}) == 150
     assert value("stream_dedup_block_cache_lookups_total", {"result": "miss"}) == 30

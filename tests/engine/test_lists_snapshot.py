@@ -24,8 +24,10 @@ def articles(shared_stream):
     return [article_from_object(obj, EngineConfig()) for obj in shared_stream(600)[0]]
 
 
-def _state(dedup: Deduplicator) -> tuple[dict, dict, set]:
-    return dedup.index.buckets.as_dict(), dedup.index.passage_lists.as_dict(), dedup.index.simhash_table.as_set()
+def _state(dedup: Deduplicator) -> tuple[dict, dict, set, dict, dict]:
+    lists = dedup.index.lists()
+    return (lists.buckets.as_dict(), lists.passages.as_dict(), lists.simhash.as_set(), lists.ids.as_dict(),
+            lists.exacts.as_dict())
 
 
 @pytest.mark.shared_data
@@ -348,12 +350,15 @@ def test_lists_built_in_small_chunks_equal_the_lists_the_decisions_made(tmp_path
     with Deduplicator(EngineConfig(), tmp_path) as d:
         d.process_batch(articles[:300], now=NOW)
         d.process_batch([article_from_object({"id": "empty", "text": "..."}, EngineConfig())], now=NOW)
-        buckets, passages, simhash = _state(d)
+        live = _state(d)
         heads = memory_lists.record_heads(d.index.num_perm)
         flags = [np.frombuffer(v[:heads.itemsize], dtype=heads)["flags"][0] for _, v in d.index.scan(b"A")]
         assert 0 in flags and 1 in flags  # some records have no sketches filed (exact copies, the empty text)
         for chunk in (7, 64, 8192):
-            table, sims = memory_lists.build_sketch_tables(d.index, chunk=chunk)
-            assert table.as_dict() == buckets and sims.as_set() == simhash
-            assert memory_lists.build_passage_lists(d.index, chunk=max(1, chunk // 2)).as_dict() == passages
+            built = memory_lists.build(d.index, chunk=chunk)
+            assert (built.buckets.as_dict(), built.passages.as_dict(), built.simhash.as_set(), built.ids.as_dict(),
+                    built.exacts.as_dict()) == live
+        buckets, passages, _, ids, exacts = live
         assert len(buckets) > 0 and len(passages) > 0
+        # every article has its id filed, only the indexed ones their exact hash
+        assert len(ids) == d.index.count == len(flags) and len(exacts) == sum(int(f) for f in flags) < len(flags)

@@ -25,7 +25,7 @@ class Index:
 
     def memory_stats(self) -> dict:
         return dict.fromkeys(("memory_budget_bytes", "block_cache_usage_bytes", "band_table_bytes",
-                              "passage_lists_bytes", "simhash_table_bytes", "record_store_bytes", "block_cache_hits",
+                              "passage_lists_bytes", "simhash_table_bytes", "key_tables_bytes", "record_store_bytes", "block_cache_hits",
                               "block_cache_misses"), 7)
 
     def evict_expired(self, now: float) -> int:
