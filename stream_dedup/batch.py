@@ -73,10 +73,10 @@ def run_batch(engine: Deduplicator, ids: list[str],
               receipts: Sequence[bytes | None] | None, events: EventBatch | None = None) -> list[Decision | str]:
     """The decisions of ``engine`` on ``ids`` (first seen at ``nows``) in order
     (:meth:`Deduplicator.decide_batch`; with ``events``, :meth:`Deduplicator.decide_batch_events`:
-    the events the compiled calls write in place of their decisions): read the batch's ids, fingerprint the unknown ones
+    the events the compiled calls write in place of their decisions): look the batch's ids up, fingerprint the unknown ones
     (``fingerprints(positions)``: theirs, in one call, as a list or a
-    :class:`~stream_dedup.fingerprint_batch.FingerprintBatch`), read their exact hashes (one
-    multi-get each), decide one by one in a :class:`BatchView`, write once."""
+    :class:`~stream_dedup.fingerprint_batch.FingerprintBatch`), look their exact hashes up (one
+    key-table lookup each, :mod:`stream_dedup.key_tables`), decide in a :class:`BatchView`, write once."""
     view = BatchView(engine.index)
     stored = view.seqs_of(ids)
     fresh: set[str] = set()
@@ -324,6 +324,7 @@ class BatchView:
         # the batch's articles' ids (all) and exact hashes (those indexed) -> seq: filed in the key tables at the commit
         self.new_ids: dict[str, int] = {}
         self.new_exacts: dict[bytes, int] = {}
+        self.asked: tuple[Sequence[str], np.ndarray] = ((), NO_KEYS)  # the ids of the last seqs_of and their keys
         store = index.record_store
         self.store_arrays = (store.buf, store.keys, store.vals, store.meta)
         lists = index.lists()  # loaded or built now if not: before this batch's write
@@ -359,7 +360,9 @@ class BatchView:
         """The seq of each of ``ids`` if indexed, else None: the batch's own, else the id table's
         (one lookup for all), each hit checked against the id its record holds."""
         num_perm = self.num_perm
-        out = self._held(self.ids.seqs(id_keys(ids)), lambda i, r: _record_ids(r, num_perm)[0] == ids[i])
+        keys = id_keys(ids)
+        self.asked = (ids, keys)  # (the batch's ids are most often all new: their keys filed at the commit)
+        out = self._held(self.ids.seqs(keys), lambda i, r: _record_ids(r, num_perm)[0] == ids[i])
         if self.new_ids:
             new = self.new_ids
             out = [new.get(a, s) for a, s in zip(ids, out, strict=True)]
@@ -586,7 +589,10 @@ class BatchView:
             return  # (the lists were dropped: built again from RocksDB, this batch included)
         try:
             if new_ids:
-                self.ids.add_entries(id_keys(list(new_ids)), np.fromiter(new_ids.values(), np.uint32, len(new_ids)))
+                ids = list(new_ids)
+                asked, keys = self.asked
+                self.ids.add_entries(keys if ids == asked else id_keys(ids),
+                                     np.fromiter(new_ids.values(), np.uint32, len(ids)))
             if new_exacts:
                 self.exacts.add_entries(exact_keys(list(new_exacts)),
                                         np.fromiter(new_exacts.values(), np.uint32, len(new_exacts)))
