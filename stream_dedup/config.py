@@ -162,11 +162,11 @@ class EngineConfig:
     seed: int = _opt(1, "Seed of every hash function. Changing it invalidates an existing index.")
     memory: int = _opt(
         2 << 30, "Memory for the index (RocksDB block cache, bloom filters and index blocks, memtables: one "
-        "budget), e.g. 512MB, 2GB. The LSH buckets, passage lists and SimHash tables are kept in memory outside it "
-        "(and a cache of recent article records, 1/64 of it up to 64 MB): "
-        "~1.1 GB per million articles, up to ~1.7 GB while a table grows (RSS 2.0 GB at 1,000,000 articles with "
+        "budget), e.g. 512MB, 2GB. The LSH buckets, passage lists, SimHash tables and id and exact-hash tables are "
+        "kept in memory outside it (and a cache of recent article records, 1/64 of it up to 64 MB): "
+        "~1.1 GB per million articles, up to ~1.7 GB while a table grows (RSS 1.7 GB at 1,000,000 articles with "
         "2GB). With the default the rate does not collapse up to 1,000,000 articles (the median chunk of every "
-        "tenth of the run at 81 percent of the first tenth's rate or more, README: Measured quality and speed); "
+        "tenth of the run at 83 percent of the first tenth's rate or more, README: Measured quality and speed); "
         "below the index's working set the rate falls as the index grows.",
         parse=parse_size, show=format_size)
     id_field: str = _opt("id", "Input field that holds the article id.")
