@@ -26,16 +26,24 @@ log = logging.getLogger(__name__)
 
 #: name under which the decision stage stores its position in the engine (``decide(checkpoint=...)``)
 CHECKPOINT_NAME = "signatures"
+#: records applied before a replay tells ``expect`` how many are left (the index then knows what an
+#: article takes in its in-memory lists: :meth:`~stream_dedup.engine.Deduplicator.expect`)
+EXPECT_AFTER = 1000
 
 
 def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, end: int,
            apply: Callable[[list[tuple[int, bytes]]], None], *, batch: int = 500,
            stall_timeout: float = 60.0, should_stop: Callable[[], bool] | None = None,
-           tick: Callable[[], Any] | None = None) -> int:
+           tick: Callable[[], Any] | None = None, expect: Callable[[int], Any] | None = None,
+           expect_after: int = EXPECT_AFTER) -> int:
     """Feed records ``[start, end)`` of ``topic[partition]`` to ``apply([(offset, value), ...])``,
     one call per fetched chunk (at most ``batch`` records), in offset order.
 
     ``tick`` is called after every batch (the decision stage serves its group membership there).
+    ``expect``, if given, is told once how many records are left when ``expect_after`` have been
+    applied (the decision stage prepares its index's in-memory lists for them at once,
+    :meth:`Deduplicator.expect <stream_dedup.engine.Deduplicator.expect>`, instead of growing them
+    step by step through a replay of millions: the ``dedup`` command's file runs gained 12-13 %).
 
     Returns the number of records applied.  Offsets below the partition's low watermark
     (deleted by retention) are skipped with a warning.  Raises ``TimeoutError`` when no
@@ -87,8 +95,11 @@ def replay(client_conf: dict[str, Any], topic: str, partition: int, start: int, 
                 chunk.append((offset, m.value()))
             if chunk:
                 apply(chunk)
+                told = applied >= expect_after
                 applied += len(chunk)
                 position = max(position, chunk[-1][0] + 1)
+                if expect is not None and not told and applied >= expect_after and position < end:
+                    expect(end - position)
             last_progress = time.monotonic()
             if tick is not None:
                 tick()

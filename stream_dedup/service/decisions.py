@@ -282,7 +282,7 @@ class DecisionStage(DecisionHealth):
             self.state = "catching up"
             catchup.replay(self.client_conf, self.topic, 0, expected, committed, self.decider.apply_records,
                            should_stop=lambda: self._stop.is_set() or not self.owned,
-                           tick=lambda: self.consumer.consume(1, timeout=0))
+                           tick=lambda: self.consumer.consume(1, timeout=0), expect=self.decider.dedup.expect)
             if self._stop.is_set() or not self.owned:
                 return
         start = committed if committed is not None else expected
