@@ -1,6 +1,6 @@
 """How fast a new owner of the decision stage catches its index up (issue 11: failover, rebalance).
 
-    python bench/catchup.py [--rounds 3] [--repeat 2] [--bootstrap HOST:PORT] [--data FILE]
+    python bench/catchup.py [--rounds 3] [--repeat 2] [--modes one,untold,batched] [--bootstrap HOST:PORT] [--data FILE]
 
 When ``signatures-0`` moves to a worker whose index is behind (a new pod, a lost volume, a
 standby that was down), the worker replays the signatures topic from its index checkpoint up to
@@ -10,10 +10,13 @@ This benchmark writes the signature records of ``--rounds`` rounds of the shared
 one-partition topic of a real broker, then replays it into fresh indexes with the worker's own
 ``catchup.replay``, alternating, ``--repeat`` times each:
 
-* ``one by one``: ``Decider.apply_only`` per record (the catch-up before this benchmark);
-* ``batched``: ``Decider.apply_records`` per fetched chunk (engine batches, what the worker does).
+* ``one by one`` (``one``): ``Decider.apply_only`` per record (the catch-up before this benchmark);
+* ``batched, untold`` (``untold``): ``Decider.apply_records`` per fetched chunk (engine batches),
+  the index not told how many records are coming (the worker before 44d3542);
+* ``batched`` (``batched``): the same, the index told how many are left once 1,000 are applied
+  (``catchup.replay(expect=Deduplicator.expect)``: what the worker does).
 
-Prints records/s of each and their ratio, and checks that both leave the same index (every
+Prints records/s of each and their ratios, and checks that all leave the same index (every
 article's stored decision). Figures only. Uses ``$KAFKA_BOOTSTRAP_SERVERS`` or starts the test
 broker with ``scripts/kafka.sh start`` (and stops it afterwards).
 """
@@ -54,7 +57,8 @@ def fill_topic(bootstrap: str, admin, topic: str, sigs: list[tuple[str, bytes]])
     assert p.flush(60) == 0
 
 
-def replay_once(bootstrap: str, topic: str, n: int, batched: bool, ids: list[str]) -> tuple[float, dict]:
+def replay_once(bootstrap: str, topic: str, n: int, batched: bool, ids: list[str], told: bool = True
+                ) -> tuple[float, dict]:
     """(records/s, {article id: stored decision}) of one catch-up of ``n`` records into a fresh index."""
     from stream_dedup.config import EngineConfig, ServiceConfig
     from stream_dedup.service import catchup
@@ -73,7 +77,8 @@ def replay_once(bootstrap: str, topic: str, n: int, batched: bool, ids: list[str
                 for offset, value in records:
                     d.apply_only(offset, value)
         t0 = time.perf_counter()
-        applied = catchup.replay(stage.client_conf, topic, 0, 0, n, apply)
+        applied = catchup.replay(stage.client_conf, topic, 0, 0, n, apply,
+                                 expect=stage.dedup.expect if batched and told else None)
         rate = applied / (time.perf_counter() - t0)
         assert applied == n, (applied, n)
         decisions = {}
@@ -93,7 +98,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--modes", default="one,untold,batched", help="which catch-ups, in this order (see above)")
     args = ap.parse_args()
+    names = {"one": "one by one", "untold": "batched, untold", "batched": "batched"}
+    modes = [names[m] for m in args.modes.split(",")]
     if not args.data.exists():
         sys.exit(f"{args.data} not found (the shared news stream)")
     lines = [ln.rstrip(b"\n") for ln in args.data.open("rb") if ln.strip()]
@@ -106,13 +114,14 @@ def main() -> int:
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
-    rates: dict[str, list[float]] = {"one by one": [], "batched": []}
+    rates: dict[str, list[float]] = {mode: [] for mode in modes}
     try:
         fill_topic(bootstrap, admin, topic, sigs)
         reference = None
         for r in range(args.repeat):
-            for mode in (("one by one", "batched") if r % 2 == 0 else ("batched", "one by one")):
-                rate, decisions = replay_once(bootstrap, topic, len(sigs), mode == "batched", ids)
+            for mode in (modes if r % 2 == 0 else modes[::-1]):
+                rate, decisions = replay_once(bootstrap, topic, len(sigs), mode != "one by one", ids,
+                                              told=mode == "batched")
                 rates[mode].append(rate)
                 print(f"  {mode}: {rate:,.0f} records/s", flush=True)
                 if reference is None:
@@ -126,13 +135,17 @@ def main() -> int:
             import subprocess
 
             subprocess.run(["bash", str(REPO / "scripts" / "kafka.sh"), "stop"], check=False)
-    one, many = statistics.median(rates["one by one"]), statistics.median(rates["batched"])
-    print(f"\n| catch-up of {len(sigs):,} signature records | records/s (median of {args.repeat}) |")
-    print("| --- | ---: |")
-    print(f"| one by one (`apply_only`) | {one:,.0f} |")
-    print(f"| batched (`apply_records`, the worker's) | {many:,.0f} |")
-    print(f"| batched / one by one | {many / one:.2f}× |")
-    print("both leave the same index (every article's stored decision)")
+    median = {mode: statistics.median(r) for mode, r in rates.items()}
+    labels = {"one by one": "one by one (`apply_only`)", "batched, untold": "batched (`apply_records`), untold",
+              "batched": "batched, told how many are left (the worker's)"}
+    print(f"\n| catch-up of {len(sigs):,} signature records | records/s (median of {args.repeat}) | runs |")
+    print("| --- | ---: | --- |")
+    for mode in modes:
+        print(f"| {labels[mode]} | {median[mode]:,.0f} | {' / '.join(f'{x:,.0f}' for x in rates[mode])} |")
+    for a, b in (("batched", "batched, untold"), ("batched", "one by one"), ("batched, untold", "one by one")):
+        if a in median and b in median:
+            print(f"| {a} / {b} | {median[a] / median[b]:.2f}× | |")
+    print("all leave the same index (every article's stored decision)")
     return 0
 
 
