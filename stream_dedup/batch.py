@@ -362,7 +362,7 @@ class BatchView:
         num_perm = self.num_perm
         keys = id_keys(ids)
         self.asked = (ids, keys)  # (the batch's ids are most often all new: their keys filed at the commit)
-        out = self._held(self.ids.seqs(keys), lambda i, r: _record_ids(r, num_perm)[0] == ids[i])
+        out = self.ids.checked(keys, self.records, lambda i, r: _record_ids(r, num_perm)[0] == ids[i])
         if self.new_ids:
             new = self.new_ids
             out = [new.get(a, s) for a, s in zip(ids, out, strict=True)]
@@ -372,23 +372,10 @@ class BatchView:
         """The seq of the indexed article with each of the exact hashes ``exacts``, else None: the
         batch's own, else the exact-hash table's (one lookup for all), each hit checked against
         the exact hash its record holds."""
-        out = self._held(self.exacts.seqs(exact_keys(exacts)), lambda i, r: record_exact(r) == exacts[i])
+        out = self.exacts.checked(exact_keys(exacts), self.records, lambda i, r: record_exact(r) == exacts[i])
         if self.new_exacts:
             new = self.new_exacts
             out = [new.get(e, s) for e, s in zip(exacts, out, strict=True)]
-        return out
-
-    def _held(self, seqs: np.ndarray, same: Callable[[int, bytes], bool]) -> list[int | None]:
-        """``seqs`` (a key table's: -1 for none) as seqs or None, a hit kept if ``same(i, record)``
-        (a 64-bit key may be another id's or text's, see :mod:`stream_dedup.key_tables`)."""
-        out: list[int | None] = [None] * seqs.shape[0]
-        if not seqs.shape[0] or seqs.max() < 0:  # (most batches: no replay, no exact copy)
-            return out
-        hits = np.flatnonzero(seqs >= 0).tolist()
-        found = seqs[hits].tolist()
-        for i, seq, record in zip(hits, found, self.records(found), strict=True):
-            if record is not None and same(i, record):
-                out[i] = seq
         return out
 
     def seq_of(self, article_id: str) -> int | None:

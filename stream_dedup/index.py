@@ -306,19 +306,13 @@ class Index:
     # -- reads ------------------------------------------------------------------------------
     def seq_of(self, article_id: str) -> int | None:
         """The seq of the indexed article ``article_id`` (its key's, checked against its record), or None."""
-        seq = int(self.lists().ids.seqs(key_tables.id_keys([article_id]))[0])
-        if seq < 0:
-            return None
-        record = self.records([seq])[0]
-        return seq if record is not None and _record_ids(record, self.num_perm)[0] == article_id else None
+        return self.lists().ids.checked(key_tables.id_keys([article_id]), self.records,
+                                        lambda _, r: _record_ids(r, self.num_perm)[0] == article_id)[0]
 
     def exact_match(self, exact: bytes) -> int | None:
         """The seq of the indexed article whose exact hash is ``exact`` (checked against its record), or None."""
-        seq = int(self.lists().exacts.seqs(key_tables.exact_keys([exact]))[0])
-        if seq < 0:
-            return None
-        record = self.records([seq])[0]
-        return seq if record is not None and record_exact(record) == exact else None
+        return self.lists().exacts.checked(key_tables.exact_keys([exact]), self.records,
+                                           lambda _, r: record_exact(r) == exact)[0]
 
     def article(self, seq: int) -> StoredArticle | None:
         v = self._points.get(b"A" + _u64(seq))

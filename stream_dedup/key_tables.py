@@ -28,7 +28,7 @@ similarity 1.0), and a replay of the older id decides again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import mmh3
 import numpy as np
@@ -38,14 +38,12 @@ from .list_table import EMPTY, MemberLists
 __all__ = ["ID_SEED", "KeyTable", "exact_key", "exact_keys", "id_key", "id_keys", "raw_id_keys"]
 
 ID_SEED = 0x1D5EED  # the seed of the ids' mmh3 (the ``I`` keys' up to format 10)
-_LAST = int(EMPTY)  # the one key value no table holds (EMPTY marks a free slot): taken as the one below
 _NO_SEQS = np.zeros(0, dtype=np.int64)
 
 
 def id_key(article_id: str) -> int:
     """The key of an article id: the 64-bit mmh3 of its UTF-8."""
-    k = mmh3.hash64(article_id.encode("utf-8", "surrogatepass"), ID_SEED, signed=False)[0]
-    return k if k != _LAST else _LAST - 1
+    return int(id_keys([article_id])[0])
 
 
 def id_keys(ids: Sequence[str]) -> np.ndarray:
@@ -63,8 +61,7 @@ def raw_id_keys(raws: Sequence[bytes]) -> np.ndarray:
 
 def exact_key(exact: bytes) -> int:
     """The key of a 16-byte exact hash: its two 8-byte halves (big-endian) XORed."""
-    k = int.from_bytes(exact[:8], "big") ^ int.from_bytes(exact[8:16], "big")
-    return k if k != _LAST else _LAST - 1
+    return int(exact_keys([exact])[0])
 
 
 def exact_keys(exacts: Sequence[bytes] | np.ndarray) -> np.ndarray:
@@ -95,4 +92,19 @@ class KeyTable(MemberLists):
         if members.shape[0]:
             held = np.diff(ends, prepend=0) > 0
             out[held] = members
+        return out
+
+    def checked(self, keys: np.ndarray, records: Callable[[list[int]], list[bytes | None]],
+                same: Callable[[int, bytes], bool]) -> list[int | None]:
+        """The seq held under each of ``keys``, or None: a hit is kept only if ``same(i, record)``
+        holds for the record ``records([seq])`` gives (a 64-bit key may be another id's or text's)."""
+        seqs = self.seqs(keys)
+        out: list[int | None] = [None] * seqs.shape[0]
+        if not seqs.shape[0] or seqs.max() < 0:  # (most batches: no replay, no exact copy)
+            return out
+        hits = np.flatnonzero(seqs >= 0).tolist()
+        found = seqs[hits].tolist()
+        for i, seq, record in zip(hits, found, records(found), strict=True):
+            if record is not None and same(i, record):
+                out[i] = seq
         return out
