@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import page_memory
 from .jit import compiling, inline, kernel, trusted
 from .next_arrays import NextArrays, headroom
 
@@ -314,10 +315,10 @@ class MemberLists:
 
     def __init__(self, cap: int, slots: int = 1 << 12, nodes: int = 1 << 12) -> None:
         self.cap = cap
-        self.slot_keys = np.full(slots, EMPTY, dtype=np.uint64)
-        self.slot_head = np.full(slots, -1, dtype=np.int32)
-        self.node_seq = np.zeros(nodes, dtype=np.uint32)
-        self.node_next = np.full(nodes, -1, dtype=np.int32)
+        self.slot_keys = page_memory.full(slots, EMPTY, np.uint64)
+        self.slot_head = page_memory.full(slots, -1, np.int32)
+        self.node_seq = page_memory.zeros(nodes, np.uint32)
+        self.node_next = page_memory.full(nodes, -1, np.int32)
         self.meta = np.zeros(_META, dtype=np.int64)
         self.meta[2] = -1
         self._settled()
@@ -453,7 +454,7 @@ class MemberLists:
             self._copy_nodes(self.node_seq.shape[0])
             if meta.item(1) + nodes > self.node_seq.shape[0]:
                 n = grown_size(self.node_seq.shape[0], meta.item(1) + nodes, 1.0, GROWTH)
-                seq, nxt = np.zeros(n, dtype=np.uint32), np.full(n, -1, dtype=np.int32)
+                seq, nxt = page_memory.zeros(n, np.uint32), page_memory.full(n, -1, np.int32)
                 seq[:meta[1]], nxt[:meta[1]] = self.node_seq[:meta[1]], self.node_next[:meta[1]]
                 self.node_seq, self.node_next = seq, nxt
         size = self.slot_keys.shape[0]
@@ -473,7 +474,7 @@ class MemberLists:
         size = self.slot_keys.shape[0]
         if meta.item(0) + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
             new = grown_size(size, meta.item(4) + entries, MAX_LOAD / SLOT_GROWTH, SLOT_GROWTH)
-            self._install(np.full(new, EMPTY, dtype=np.uint64), np.full(new, -1, dtype=np.int32), size)
+            self._install(page_memory.full(new, EMPTY, np.uint64), page_memory.full(new, -1, np.int32), size)
 
     def expect(self, slots: int, nodes: int) -> None:
         """Prepare for ``slots`` more slots used and ``nodes`` more nodes, when a caller knows how

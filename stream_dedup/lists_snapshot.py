@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rocksdict import WriteBatch
 
+from . import page_memory
 from .direct_write import write_layout
 from .index_record import _RECORD, _SIG_DTYPE, FLAG_INDEXED
 from .key_tables import exact_keys, id_key
@@ -246,7 +247,7 @@ def _read(path: Path, token: bytes) -> tuple[list[int], dict[str, np.ndarray]] |
         for name, dtype, shape, offset in header["arrays"]:
             if np.dtype(dtype).kind not in "iu":  # the lists hold integers only
                 return None
-            array = np.empty(shape, dtype=np.dtype(dtype))
+            array = page_memory.empty(shape[0], dtype) if len(shape) == 1 else np.empty(shape, dtype=np.dtype(dtype))
             f.seek(base + offset)
             view = memoryview(array).cast("B")
             done = 0

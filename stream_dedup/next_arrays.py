@@ -5,9 +5,12 @@ allocates its next, larger arrays (the slots of a table twice as large, node arr
 again) and must initialise them before it uses them. The first write to each page is a page
 fault: the kernel finds and zeroes a page, and in a virtual machine whose memory the host backs on
 demand the host faults it in as well. Measured on the 2-core VM this project is developed on
-(``bench/fresh_memory.py``): 2.2-2.3 ms per MB on memory the process has not used before, every
-time (pages the guest frees go back to the host within seconds), against 0.13 ms per MB when the
-same pages are written again: ~1.8 s for the 805 MB of the LSH band table's slots past 20M entries.
+(``bench/fresh_memory.py``): on huge pages (what numpy asks for at 4 MB or more, and
+:mod:`stream_dedup.page_memory` for a table of 64 MB or more) 2-7 ms per MB on memory the process
+has not used before, nearly every time (pages the guest frees go back to the host within seconds),
+on 4 kB pages 0.4-0.7 ms, against 0.05-0.1 ms per MB when the same pages are written again: ~1.8 s
+for the 805 MB of the LSH band table's slots past 20M entries. The arrays come from
+:func:`stream_dedup.page_memory.empty`.
 
 :class:`NextArrays` writes them on a thread: numpy releases the GIL while it fills a slice, so the
 faults are taken on another core while the adds go on into the current table (measured: a main
@@ -40,6 +43,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import page_memory
+
 #: elements a next array's thread writes between two looks at its stop flag (8 MB of uint64)
 FILL_CHUNK = 1 << 20
 #: arrays smaller than this are filled in the caller (well under a millisecond: no thread)
@@ -68,7 +73,7 @@ class NextArrays:
                  pace: Callable[[], float] | None = None) -> None:
         """``spec``: (dtype, initial value) of each array; ``pace``: the table's :func:`headroom`
         (None: filled flat out)."""
-        self.arrays = tuple(np.empty(size, dtype=dtype) for dtype, _ in spec)
+        self.arrays = tuple(page_memory.empty(size, dtype) for dtype, _ in spec)
         self.fills = tuple(value for _, value in spec)
         self.filled = 0
         self._stop = False

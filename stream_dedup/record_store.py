@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import page_memory
 from .jit import compiling, inline, kernel, trusted
 
 if compiling():
@@ -201,13 +202,14 @@ class RecordStore:
         if 2 * segment >= 1 << 32:
             raise ValueError(f"a record store of {limit:,} bytes: at most 4 GiB (uint32 offsets)")
         self.min_record = min_record
-        # (zeros: calloc'd, so the pages are resident only once written, as a dict's records were)
-        self.buf = np.zeros(2 * segment, dtype=np.uint8)
+        # (zeros: mapped, so the pages are resident only once written, as a dict's records were;
+        # written and read in order: never on huge pages, see page_memory)
+        self.buf = page_memory.zeros(2 * segment, np.uint8, probed=False)
         self.view = memoryview(self.buf)  # (slices of it: a record without a copy)
         most = 2 * segment // (HEADER + max(min_record, 1)) + 1
         slots = 1 << max(4, int(2 * most - 1).bit_length())  # at most half full
-        self.keys = np.zeros(slots, dtype=np.uint32)  # seq + 1 (0: an empty slot)
-        self.vals = np.zeros(slots, dtype=np.uint32)  # where its header is in buf
+        self.keys = page_memory.zeros(slots, np.uint32)  # seq + 1 (0: an empty slot)
+        self.vals = page_memory.zeros(slots, np.uint32)  # where its header is in buf
         self.meta = np.zeros(5, dtype=np.int64)
         self.meta[M_SEGMENT] = segment
         self._starts = np.zeros(64, dtype=np.int64)

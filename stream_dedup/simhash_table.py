@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import page_memory
 from .jit import compiling, inline, kernel, trusted
 from .kernels import popcount
 from .list_table import grown_size
@@ -197,9 +198,9 @@ class SimhashTable:
         if len(masks) > MAX_TABLES:
             raise ValueError(f"at most {MAX_TABLES} SimHash tables")
         self.masks = np.array(masks, dtype=np.uint64)
-        self.fps = np.zeros(slots, dtype=np.uint64)
-        self.tags = np.zeros(slots, dtype=np.uint8)
-        self.seqs = np.zeros(slots, dtype=np.uint32)
+        self.fps = page_memory.zeros(slots, np.uint64)
+        self.tags = page_memory.zeros(slots, np.uint8)
+        self.seqs = page_memory.zeros(slots, np.uint32)
         self.meta = np.zeros(_META, dtype=np.int64)
         self.loaded()
 
@@ -298,7 +299,7 @@ class SimhashTable:
         size = self.fps.shape[0]
         if meta.item(0) + entries > MAX_LOAD * size:  # (an add larger than the growth's head start)
             new = grown_size(size, meta.item(1) + entries, MAX_LOAD / GROWTH, GROWTH)
-            self._install(np.zeros(new, dtype=np.uint64), np.zeros(new, dtype=np.uint8), np.zeros(new, dtype=np.uint32),
+            self._install(page_memory.zeros(new, np.uint64), page_memory.zeros(new, np.uint8), page_memory.zeros(new, np.uint32),
                           size)
 
     def _install(self, fps: np.ndarray, tags: np.ndarray, seqs: np.ndarray, steps: int) -> None:
