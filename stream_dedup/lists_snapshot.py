@@ -247,7 +247,8 @@ def _read(path: Path, token: bytes) -> tuple[list[int], dict[str, np.ndarray]] |
         for name, dtype, shape, offset in header["arrays"]:
             if np.dtype(dtype).kind not in "iu":  # the lists hold integers only
                 return None
-            array = page_memory.empty(shape[0], dtype) if len(shape) == 1 else np.empty(shape, dtype=np.dtype(dtype))
+            # (on 4 kB pages while it is read, huge pages asked for once it is: page_memory)
+            array = page_memory.loaded(shape[0], dtype) if len(shape) == 1 else np.empty(shape, dtype=np.dtype(dtype))
             f.seek(base + offset)
             view = memoryview(array).cast("B")
             done = 0
@@ -256,6 +257,7 @@ def _read(path: Path, token: bytes) -> tuple[list[int], dict[str, np.ndarray]] |
                 if not n:
                     return None
                 done += n
+            page_memory.promote(array)
             arrays[name] = array
     return [int(x) for x in header["index"]], arrays
 

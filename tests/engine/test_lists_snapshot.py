@@ -311,15 +311,20 @@ def test_the_snapshot_of_an_older_layout_is_deleted_not_read(tmp_path: Path, tex
 def test_a_snapshot_keeps_every_array_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct: bool) -> None:
     """Arrays of every size (empty, one byte short of the alignment, large), dtype and dimension
     come back bit for bit, each in its own writable buffer, from a file written past the page cache
-    (``direct``: as a large index's is) or through it."""
+    (``direct``: as a large index's is) or through it; a large one read on small pages, then given
+    huge pages to move to (page_memory.loaded / promote)."""
     import json
     from types import SimpleNamespace
 
-    from stream_dedup import direct_write
+    from stream_dedup import direct_write, page_memory
+    from tests.engine.test_page_memory import vm_flags
     monkeypatch.setattr(direct_write, "DIRECT_MIN_BYTES", 0 if direct else 1 << 62)
+    monkeypatch.setattr(page_memory, "MAPPED_FROM", 1 << 16)
+    monkeypatch.setattr(page_memory, "HUGE_FROM", 1 << 20)
     rng = np.random.default_rng(7)
     arrays = {"a": rng.integers(0, 2**63, 1000, dtype=np.uint64), "b": np.zeros(0, dtype=np.int32),
-              "c": rng.integers(0, 255, 63, dtype=np.uint8), "d": rng.integers(-5, 5, (7, 3), dtype=np.int64)}
+              "c": rng.integers(0, 255, 63, dtype=np.uint8), "d": rng.integers(-5, 5, (7, 3), dtype=np.int64),
+              "e": rng.integers(0, 2**63, 1 << 18, dtype=np.uint64)}
     tables = SimpleNamespace(settle=lambda: None, **arrays)
     index = SimpleNamespace(path=tmp_path, count=3, next_seq=4, banding=(16, 8), max_bucket=100, snapshot_generation=0,
                             db=SimpleNamespace(write=lambda batch: None))
@@ -336,7 +341,10 @@ def test_a_snapshot_keeps_every_array_exactly(tmp_path: Path, monkeypatch: pytes
     assert set(back) == set(arrays)
     for name, array in arrays.items():
         assert back[name].dtype == array.dtype and back[name].shape == array.shape
-        assert np.array_equal(back[name], array) and back[name].flags.writeable and back[name].flags.owndata
+        own = back[name].flags.owndata or page_memory.mapping(back[name]) is not None  # (numpy's, or its own mapping)
+        assert np.array_equal(back[name], array) and back[name].flags.writeable and own
+    if page_memory._MAPS:
+        assert page_memory.mapping(back["e"]) is not None and "hg" in vm_flags(back["e"]) and "nh" not in vm_flags(back["e"])
     assert lists_snapshot._read(path, b"x" * 16) is None  # another token
     length = int.from_bytes(path.read_bytes()[8:16], "little")
     offsets = [entry[3] for entry in json.loads(path.read_bytes()[16:16 + length])["arrays"]]

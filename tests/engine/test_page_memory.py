@@ -67,7 +67,7 @@ def test_large_arrays_ask_for_huge_pages_smaller_ones_refuse_them(small_limits: 
     assert "nh" in vm_flags(sequential)  # (written and read in order: never huge)
     assert page_memory.huge(big.nbytes) and not page_memory.huge(mid.nbytes) \
         and not page_memory.huge(sequential.nbytes, probed=False)
-    assert small.base is None or not isinstance(small.base, type(big.base))  # numpy's own
+    assert page_memory.mapping(small) is None and page_memory.mapping(big) is not None  # (numpy's own; a mapping)
 
 
 @linux
@@ -89,3 +89,17 @@ def test_tables_and_record_store_use_them(small_limits: None) -> None:
     assert "nh" in vm_flags(store.buf)
     table.add_entries(np.arange(1, 1001, dtype=np.uint64), np.arange(1000, dtype=np.uint32))
     assert table.lookup(np.array([5], dtype=np.uint64)).tolist() == [4]
+
+
+@linux
+def test_a_loaded_array_is_written_on_small_pages_then_promoted(small_limits: None) -> None:
+    big = page_memory.loaded((4 << 20) // 8, np.uint64)
+    mid = page_memory.loaded((1 << 20) // 8, np.uint64)
+    assert "nh" in vm_flags(big) and "nh" in vm_flags(mid)  # (while written: 4 kB pages)
+    big[:] = 5
+    mid[:] = 6
+    for array in (big, mid, np.zeros(10)):
+        page_memory.promote(array)
+    assert "hg" in vm_flags(big) and "nh" not in vm_flags(big)  # (khugepaged may move it now)
+    assert "nh" in vm_flags(mid) and "hg" not in vm_flags(mid)  # (too small to gain)
+    assert (big == 5).all() and (mid == 6).all()
