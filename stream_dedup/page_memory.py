@@ -21,7 +21,8 @@ A snapshot's load (:mod:`stream_dedup.lists_snapshot`) writes 1.1 GB of arrays a
 articles, before the first decision: on fresh huge pages that took 3.0-8.5 s, on 4 kB pages
 0.85-0.90 s. So :func:`loaded` arrays are written on 4 kB pages and :func:`promote` then asks for
 huge pages for the large ones: the kernel's ``khugepaged`` moves them to huge pages in the
-background, at its own pace (Linux's defaults: 4,096 pages every 10 s), on its own thread.
+background, at its own pace (Linux's defaults: 4,096 pages every 10 s; measured, ~1.6 MB a second:
+~12 minutes for the 1.1 GB of a 1M index's lists), on its own thread.
 
 The mapping is anonymous and private (zero-filled, returned to the system when the array is freed);
 where ``madvise`` is missing (not Linux) the arrays are numpy's own.
@@ -29,6 +30,7 @@ where ``madvise`` is missing (not Linux) the arrays are numpy's own.
 
 from __future__ import annotations
 
+import errno
 import mmap
 
 import numpy as np
@@ -53,7 +55,12 @@ def zeros(n: int, dtype: np.dtype | type, probed: bool = True) -> np.ndarray:
     nbytes = n * dt.itemsize
     if not _MAPS or nbytes < MAPPED_FROM:
         return np.zeros(n, dtype=dt)
-    area = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        area = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as exc:  # (as numpy's allocations fail: a MemoryError)
+        if exc.errno != errno.ENOMEM:
+            raise
+        raise MemoryError(f"cannot map {nbytes:,} bytes for the in-memory lists (out of memory)") from None
     area.madvise(_ADVICE[huge(nbytes, probed)])  # (before any page is written: the first write decides)
     return np.frombuffer(area, dtype=dt, count=n)  # (the array holds the mapping; freed with it)
 

@@ -103,3 +103,17 @@ def test_a_loaded_array_is_written_on_small_pages_then_promoted(small_limits: No
     assert "hg" in vm_flags(big) and "nh" not in vm_flags(big)  # (khugepaged may move it now)
     assert "nh" in vm_flags(mid) and "hg" not in vm_flags(mid)  # (too small to gain)
     assert (big == 5).all() and (mid == 6).all()
+
+
+@linux
+def test_out_of_memory_is_a_memory_error_as_numpy_s(small_limits: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import mmap
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    with pytest.raises(MemoryError, match="cannot map 8,388,608 bytes"):
+        page_memory.zeros(1 << 20, np.uint64)
+    assert page_memory.zeros(10, np.uint64).shape == (10,)  # (numpy's own: no mapping)
