@@ -27,6 +27,7 @@ from ..gc_tuning import relax_collector
 from ..record import PROCESSING_ERROR, Article, RecordError, parse_record
 from .batches import (
     AUTO_POOL_BYTES,
+    INPUT_BUFFER,
     BatchDecider,
     Decided,
     InputForecast,
@@ -242,7 +243,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                 source: IO[bytes] = sys.stdin.buffer
                 total = None
             else:
-                source = stack.enter_context(open(args.input, "rb"))  # noqa: SIM115
+                source = stack.enter_context(open(args.input, "rb", buffering=INPUT_BUFFER))  # noqa: SIM115
                 total = os.fstat(source.fileno()).st_size
             out: IO[str] = sys.stdout if args.out == "-" else _quietly_closed(
                 stack, open(args.out, mode, encoding="utf-8"))  # noqa: SIM115

@@ -546,3 +546,31 @@ def test_a_file_prepares_the_lists_for_its_size_and_decides_the_same(tmp_path: P
 def test_expect_records_must_not_be_negative(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["dedup", str(STREAM), "--out", str(tmp_path / "o.jsonl"), "--expect-records", "-1"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--expect-records -1: must be >= 0")
+
+
+@pytest.mark.parametrize("processes", ["0", "1"])
+def test_records_longer_than_the_input_buffer_are_read_whole(tmp_path: Path, processes: str) -> None:
+    """A file is read through a buffer of batches.INPUT_BUFFER bytes; records several times longer
+    (and records split across its boundary) are decided as the library decides them."""
+    from stream_dedup.cli.batches import INPUT_BUFFER
+
+    texts = [json.loads(line)["text"] for line in stream_lines(60) if "text" in json.loads(line)]
+    long_text = " ".join(texts[:40])
+    while len(long_text) < 3 * INPUT_BUFFER:
+        long_text += " " + long_text
+    rows = [(json.dumps({"id": f"short-{i}", "text": t}).encode(), "ok") for i, t in enumerate(texts[40:])]
+    rows[3:3] = [(json.dumps({"id": "long", "text": long_text}).encode(), "ok"),
+                 (json.dumps({"id": "long-copy", "text": "Breaking: " + long_text}).encode(), "ok")]
+    data = b"".join(raw + b"\n" for raw, _ in rows)
+    assert len(data) > 6 * INPUT_BUFFER
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(data)
+    out = tmp_path / "out.jsonl"
+    assert run(["dedup", str(inp), "--out", str(out), "--state", str(tmp_path / "s"), "--quiet",
+                "--fingerprint-processes", processes]) == 0
+    numbered = [(i, raw, kind) for i, (raw, kind) in enumerate(rows, 1)]
+    events = read_jsonl(out)
+    assert [e["id"] for e in events] == [json.loads(raw)["id"] for raw, _ in rows]
+    assert [{k: e[k] for k in EVENT_FIELDS} for e in events] == \
+        [{k: e[k] for k in EVENT_FIELDS} for e in expected_events(numbered, tmp_path / "lib", EngineConfig())]
+    assert events[4]["type"] == "duplicate-of"  # (the long record's copy found)
