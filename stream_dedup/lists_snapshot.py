@@ -129,6 +129,7 @@ def _forget(index: Index, batch: WriteBatch) -> None:
     batch.delete_range(DELETION_PREFIX, DELETIONS_END)
     index.logged_deletions = None
     index.snapshot_generation += 1
+    index.snapshot_next_seq = None
 
 
 def _load(index: Index, path: Path, token: bytes) -> Lists | None:
@@ -151,6 +152,7 @@ def _load(index: Index, path: Path, token: bytes) -> Lists | None:
     if not _replay(index, lists, next_seq, deletions):
         return None
     index.logged_deletions = len(deletions)
+    index.snapshot_next_seq = next_seq
     return lists
 
 
@@ -267,7 +269,7 @@ def save(index: Index, lists: Lists) -> bytes:
     returns the token."""
     token = os.urandom(16)  # (secrets.token_bytes; importing secrets loads OpenSSL through hmac)
     _publish(_write(Path(index.path), lists, token, _fingerprint(index)))
-    _commit(index, token, None)
+    _commit(index, token, None, index.next_seq)
     return token
 
 
@@ -301,9 +303,9 @@ def _publish(paths: tuple[Path, Path]) -> None:
     os.replace(tmp, path)
 
 
-def _commit(index: Index, token: bytes, held: list[bytes] | None) -> None:
-    """Make the snapshot ``token`` names valid: store the token, and drop from the deletion log the
-    entries it holds (``held``; None: all of them) in the same write."""
+def _commit(index: Index, token: bytes, held: list[bytes] | None, next_seq: int) -> None:
+    """Make the snapshot ``token`` names valid (it holds the seqs below ``next_seq``): store the token,
+    and drop from the deletion log the entries it holds (``held``; None: all of them) in the same write."""
     batch = WriteBatch(raw_mode=True)
     batch.put(TOKEN_KEY, token)
     if held is None:
@@ -314,6 +316,7 @@ def _commit(index: Index, token: bytes, held: list[bytes] | None) -> None:
     index.db.write(batch)
     index.logged_deletions = 0 if held is None else (index.logged_deletions or 0) - len(held)
     index.snapshot_generation += 1
+    index.snapshot_next_seq = next_seq
 
 
 class BackgroundSnapshot:
@@ -343,6 +346,7 @@ class BackgroundSnapshot:
         if index.logged_deletions is None:  # no valid snapshot yet: log the deletions from now on
             index.logged_deletions = len(self.held)
         self.generation = index.snapshot_generation
+        self.next_seq = index.next_seq
         paths = _write(Path(index.path), lists, self.token, _fingerprint(index))
         self.paused = time.monotonic() - self.began
         self.error: BaseException | None = None
@@ -366,7 +370,7 @@ class BackgroundSnapshot:
             return False
         if index.snapshot_generation != self.generation:
             return False
-        _commit(index, self.token, self.held)
+        _commit(index, self.token, self.held, self.next_seq)
         return True
 
     def cancel(self) -> None:

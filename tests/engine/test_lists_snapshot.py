@@ -370,3 +370,45 @@ def test_lists_built_in_small_chunks_equal_the_lists_the_decisions_made(tmp_path
         assert len(buckets) > 0 and len(passages) > 0
         # every article has its id filed, only the indexed ones their exact hash
         assert len(ids) == d.index.count == len(flags) and len(exacts) == sum(int(f) for f in flags) < len(flags)
+
+
+@pytest.mark.shared_data
+def test_a_close_keeps_a_snapshot_at_most_one_percent_behind(tmp_path: Path, articles, monkeypatch) -> None:
+    """A close writes no new snapshot while the valid one is at most CLOSE_SNAPSHOT_BEHIND of the
+    index behind (the next open files the later articles again, as after a crash, and has the same
+    lists); one further behind is written again, and a deletion since counts as behind too."""
+    from stream_dedup import index as index_module
+
+    path = tmp_path / "a"
+    snapshot = path / lists_snapshot.SNAPSHOT_FILE
+    with Deduplicator(EngineConfig(), path) as d:
+        d.process_batch(articles[:500], now=NOW)
+    written = snapshot.stat().st_mtime_ns, snapshot.read_bytes()[:128]
+    with Deduplicator(EngineConfig(), path) as d:
+        d.index.lists()  # (loaded when first used)
+        assert d.index.snapshot_next_seq == d.index.next_seq
+        d.process_batch(articles[500:502], now=NOW)
+        behind = d.index.next_seq - d.index.snapshot_next_seq
+        assert 0 < behind <= index_module.CLOSE_SNAPSHOT_BEHIND * len(d) and d.index.snapshot_fresh()
+        kept_state = _state(d)
+    assert (snapshot.stat().st_mtime_ns, snapshot.read_bytes()[:128]) == written  # not written again
+    with monkeypatch.context() as m:
+        m.setattr(memory_lists, "build", _no_build)
+        with Deduplicator(EngineConfig(), path) as d:  # loaded and brought up to date: the same lists
+            assert _state(d) == kept_state and d.index.snapshot_next_seq < d.index.next_seq
+            d.process_batch(articles[502:560], now=NOW)  # now far more than 1 % behind
+            assert not d.index.snapshot_fresh()
+            after = _state(d)
+    assert snapshot.read_bytes()[:128] != written[1]  # written again (another token)
+    with Deduplicator(EngineConfig(), path) as d:
+        assert _state(d) == after and d.index.snapshot_next_seq == d.index.next_seq
+        assert d.remove(articles[0].id)
+        assert d.index.logged_deletions == 1  # (behind by one deletion, no article)
+        assert d.index.snapshot_fresh() == (1 <= index_module.CLOSE_SNAPSHOT_BEHIND * len(d))
+        monkeypatch.setattr(index_module, "CLOSE_SNAPSHOT_BEHIND", 0.0)
+        assert not d.index.snapshot_fresh()  # (and so written at this close)
+        removed = _state(d)
+    with monkeypatch.context() as m:
+        m.setattr(memory_lists, "build", _no_build)
+        with Deduplicator(EngineConfig(), path) as d:
+            assert _state(d) == removed and d.index.logged_deletions == 0
