@@ -3,7 +3,8 @@
 The in-memory lists (:mod:`stream_dedup.memory_lists`) are derived from RocksDB, and building them
 reads every article record: 7-15 s per million articles on the 2-core benchmark machines (README,
 Scale). So a snapshot of them is written to one file, ``memory-lists-3.bin`` in the index directory, when
-the index is closed and, in a long-running process, now and then
+the index is closed (unless the valid one is at most 1 % of the index behind it:
+:meth:`~stream_dedup.index.Index.snapshot_fresh`) and, in a long-running process, now and then
 (:meth:`~stream_dedup.index.Index.start_snapshot`: the worker's ``--lists-snapshot-every``); then a
 random token naming that file is stored in RocksDB (``Mlists``).
 
