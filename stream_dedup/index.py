@@ -589,7 +589,8 @@ class Index:
         """Make everything written durable without flushing the memtables, for a process that ends
         next without closing the index (the ``dedup`` command:
         :func:`stream_dedup.cli.process_end.release_state`): the lists' snapshot (if
-        :attr:`snapshot_on_close`), then the write-ahead log synced to disk. The next open replays
+        :attr:`snapshot_on_close`, and unless the valid one is :meth:`snapshot_fresh`), then the
+        write-ahead log synced to disk. The next open replays
         the log into the memtables and flushes them, as after a crash. Measured on 7,431 short items
         (scratch script): 12-13 ms, where closing took 46-57 ms (its flush sorts the hash memtable
         into a skip list, ~2 us a key); the next open 69-118 ms instead of 23-29. An index written
@@ -654,8 +655,9 @@ class Index:
             self._snapshot_writer = None
 
     def close(self) -> None:
-        """Write the in-memory lists' snapshot (:meth:`snapshot_lists`), then close the database; the
-        family handles are dropped too (they keep it open otherwise)."""
+        """Write the in-memory lists' snapshot (:meth:`snapshot_lists`; not if the valid one is
+        :meth:`snapshot_fresh`), then close the database; the family handles are dropped too (they
+        keep it open otherwise)."""
         self._stop_snapshot_writer()
         if self.snapshot_on_close:
             # the records' memtable is flushed on RocksDB's thread while the snapshot is written here
