@@ -7,7 +7,7 @@ back (free page reporting, in 2 MB blocks: Firecracker, Cloud Hypervisor, many c
 block is new to the host every time: measured on the 2-core VM this project is developed on
 (``bench/fresh_memory.py``), 2-7 ms per MB written the first time on huge pages against 0.4-0.7 ms
 on 4 kB pages. What huge pages buy is fewer TLB misses on random probes into a large table: a
-scratch probe loop read 64 MB-1 GB tables 20-30 % faster per probe on huge pages, 16 MB ones no
+scratch probe loop read 64 MB-1 GB tables 19-33 % faster per probe on huge pages, 16 MB ones no
 faster; ``bench/scale.py``'s deciding thread spent ~15 % less CPU per record at 1,000,000 articles
 (1.4 GB of lists) with them than without.
 
