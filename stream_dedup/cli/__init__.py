@@ -25,6 +25,7 @@ from typing import NamedTuple
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .. import __version__  # noqa: E402 - after the setting above
+from ..gc_tuning import collect_rarely  # noqa: E402
 from .errors import RunError, UsageError  # noqa: E402
 from .process_end import LEFT_OPEN, end_process  # noqa: E402
 
@@ -98,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     without closing it (see :func:`.process_end.release_state`).
     """
     process = argv is None
+    if process:  # (the imports ahead collect rarely; not a caller's process)
+        collect_rarely()
     argv = sys.argv[1:] if process else argv
     # the subcommand is the first argument (the only options before it are --help and --version)
     args = build_parser(argv[0] if argv and not argv[0].startswith("-") else None).parse_args(argv)

@@ -17,6 +17,7 @@ from stream_dedup.cli import dedup as dedup_command
 from stream_dedup.cli import process_end
 from stream_dedup.config import EngineConfig
 from stream_dedup.engine import Deduplicator
+from stream_dedup.gc_tuning import YOUNG_THRESHOLD
 
 from .conftest import SAMPLE
 from .conftest import cli as run_cli
@@ -132,3 +133,20 @@ def test_in_process_runs_close_their_index(tmp_path: Path) -> None:
     assert process_end.LEFT_OPEN == [] and list(state.glob("*.sst"))
     with Deduplicator(EngineConfig(), state) as dedup:   # its lock was released
         assert len(dedup) > 0
+
+
+def test_the_command_line_process_collects_rarely_from_its_start() -> None:
+    """The console script's process sets the collector's threshold before the subcommand's imports
+    (``gc_tuning.collect_rarely``: ~50 collections fewer during them); a caller's process that runs
+    :func:`~stream_dedup.cli.main` with arguments keeps its own."""
+    code = ("import contextlib, gc, io, json, sys; from stream_dedup import cli; "
+            "sys.argv = ['stream-dedup', '--version']; before = gc.get_threshold()\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n    cli.main()\n"
+            "after = gc.get_threshold(); gc.set_threshold(*before)\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "    cli.main(['--version'])\n"
+            "print(json.dumps({'before': before, 'after': after, 'caller': gc.get_threshold()}))")
+    got = _in_subprocess(code)
+    assert got["before"] == [700, 10, 10]  # (Python's default)
+    assert got["after"] == list(YOUNG_THRESHOLD)
+    assert got["caller"] == got["before"]
