@@ -191,3 +191,45 @@ def test_a_repeated_field_is_found_with_other_field_names() -> None:
         parse_record(b'{"uid": "a", "body": "x", "uid": "b"}', config)
     assert err.value.reason == "duplicate_field" and "'uid'" in str(err.value)
     assert parse_record(b'{"uid": "a", "body": "x", "id": "b", "id": "c"}', config).id == "a"  # not a field it reads
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False),
+                    st.text(max_size=12), st.sampled_from(["", " ", "\t\n", "é", "a" * 4097, "\ud800"]),
+                    st.lists(st.integers(), max_size=2))
+
+
+def _outcome(obj: object, check, config: EngineConfig = CONFIG):
+    try:
+        return check(obj, config)
+    except RecordError as err:
+        return ("refused", err.reason, str(err))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(["id", "text", "html", "title", "url", "source", "published", "x"]),
+                       _VALUES, max_size=8))
+def test_the_fast_check_makes_what_the_full_checks_make(obj: dict) -> None:
+    """``_plain_article`` (type tests only, for the common record) gives the article the full checks
+    give, and leaves every other record to them (None): ``article_from_object`` is the same either way."""
+    from stream_dedup.record import _checked_article, _plain_article
+
+    plain = _plain_article(obj, CONFIG)
+    full = _outcome(obj, _checked_article)
+    if plain is not None:
+        assert plain == full
+    assert _outcome(obj, article_from_object) == full
+
+
+def test_the_fast_check_takes_the_common_records_and_leaves_the_rest() -> None:
+    from stream_dedup.record import _plain_article
+
+    small = EngineConfig(max_text_bytes=40)
+    common = {"id": "a-1", "text": "body text", "title": "T", "url": None, "source": "wire"}
+    assert _plain_article(common, CONFIG) == Article("a-1", "body text", False, "T", None, "wire", None)
+    for other in ({**common, "id": 7}, {**common, "id": "é"}, {**common, "id": ""}, {**common, "id": "a" * 4097},
+                  {**common, "text": " \n"}, {**common, "text": None, "html": "<p>x</p>"}, {**common, "title": 3},
+                  {**common, "published": 1.5}):
+        assert _plain_article(other, CONFIG) is None
+    assert _plain_article({"id": "a", "text": "x" * 10}, small) is not None
+    assert _plain_article({"id": "a", "text": "x" * 11}, small) is None   # (4 bytes a character: over a quarter)
+    assert article_from_object({"id": "a", "text": "x" * 11}, small).text == "x" * 11
