@@ -68,45 +68,45 @@ def _fingerprint_one(buf, is_ascii, t_map, t_lengths, t_offsets, t_pool, t_flags
     ``i_*``: the identity's, :func:`stream_dedup.fold_table._arrays`; the rest its settings).
     With status ``TOKENS_NOT_FOLDED`` nothing is computed; with ``IDENTITY_NOT_FOLDED`` all but
     the identity sketch."""
-    no_u64 = np.zeros(0, dtype=np.uint64)
-    no_u8 = np.zeros(0, dtype=np.uint8)
-    no_u32 = np.zeros(0, dtype=np.uint32)
-    low, run_starts, run_ends = no_u8, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    if is_ascii:  # folding is lower() on ASCII
-        folded = buf.copy()
-        for i in range(folded.shape[0]):
-            if 65 <= folded[i] <= 90:
-                folded[i] += 32
-        low, run_starts, run_ends, th = token_runs_utf8(folded, word, seed)
+    # (an empty array is made only where one is returned: each is an allocation, per text)
+    status = np.int64(DONE)
+    if is_ascii:  # folding is lower() on ASCII, made in the copy the token scan reads
+        low, run_starts, run_ends, th = token_runs_utf8(buf, word, seed, True)
+        if not identity_on:
+            identity = np.zeros(0, dtype=np.uint32)
+        elif _same_ascii_words(word, id_word):  # the items are the tokens' runs: no second scan
+            identity = _select_kernel(identity_pairs_runs(buf, low, run_starts, run_ends, id_seed), id_k)
+        else:
+            identity = identity_sketch_ascii(buf, id_word, id_seed, id_k)
     else:
         ok, folded, split = fold_utf8(buf, t_map, t_lengths, t_offsets, t_pool, t_flags)
         if not ok:
-            return np.int64(TOKENS_NOT_FOLDED), 0, no_u64, np.uint64(0), no_u64, no_u64, no_u8, no_u32
+            no_u64 = np.zeros(0, dtype=np.uint64)
+            return (np.int64(TOKENS_NOT_FOLDED), 0, no_u64, np.uint64(0), no_u64, no_u64, np.zeros(0, dtype=np.uint8),
+                    np.zeros(0, dtype=np.uint32))
         if split:  # characters tokenised one each
             th = token_hashes_split(folded, word, t_flags, seed)
         else:
             th = token_hashes_utf8(folded, word, seed)
-    if th.shape[0]:  # (the shingle hashes made once, for the sketch and the anchors)
-        shingles = shingle_hashes(th, k)
-        n, mins, sim = sketch_of_shingles(shingles, a_lo, a_hi, b)
-        anchors = winnow_shingles(shingles, window)[:max_anchors].copy() if window > 0 else no_u64
-    else:
-        n, mins, sim = sketch(th, k, a_lo, a_hi, b)
-        anchors = no_u64
-    words = word_bitmap(th, stop, shift) if keep_words and th.shape[0] else no_u8
-    status = np.int64(DONE)
-    identity = no_u32
-    if identity_on:
-        if is_ascii and _same_ascii_words(word, id_word):  # the items are the tokens' runs: no second scan
-            identity = _select_kernel(identity_pairs_runs(buf, low, run_starts, run_ends, id_seed), id_k)
-        elif is_ascii:
-            identity = identity_sketch_ascii(buf, id_word, id_seed, id_k)
-        else:
+        identity = np.zeros(0, dtype=np.uint32)
+        if identity_on:
             ok, plain, _ = fold_utf8(buf, i_map, i_lengths, i_offsets, i_pool, i_flags)
             if ok:
                 identity = identity_sketch_ascii(plain, id_word, id_seed, id_k)
             else:
                 status = np.int64(IDENTITY_NOT_FOLDED)
+    if th.shape[0]:  # (the shingle hashes made once, for the sketch and the anchors)
+        shingles = shingle_hashes(th, k)
+        n, mins, sim = sketch_of_shingles(shingles, a_lo, a_hi, b)
+        if window > 0:
+            anchors = winnow_shingles(shingles, window)[:max_anchors].copy()
+        else:
+            anchors = np.zeros(0, dtype=np.uint64)
+        words = word_bitmap(th, stop, shift) if keep_words else np.zeros(0, dtype=np.uint8)
+    else:
+        n, mins, sim = sketch(th, k, a_lo, a_hi, b)
+        anchors = np.zeros(0, dtype=np.uint64)
+        words = np.zeros(0, dtype=np.uint8)
     return status, n, mins, sim, th, anchors, words, identity
 
 

@@ -173,13 +173,15 @@ WORD_BYTES = _word_byte_table()
 @kernel
 def token_hashes_utf8(buf, word, seed):
     """MurmurHash3 (64-bit) of every maximal run of word bytes in ``buf`` (:func:`token_runs_utf8`)."""
-    return token_runs_utf8(buf, word, seed)[3]
+    return token_runs_utf8(buf, word, seed, False)[3]
 
 
 @inline
-def token_runs_utf8(buf, word, seed):
+def token_runs_utf8(buf, word, seed, lower):
     """``(padded, starts, ends, hashes)``: ``buf`` followed by zero bytes (at least 16), and the
-    start, end and MurmurHash3 (64-bit) of every maximal run of word bytes in ``buf``.
+    start, end and MurmurHash3 (64-bit) of every maximal run of word bytes in ``buf``. With
+    ``lower``, ``padded`` is ``buf`` with ASCII capitals lower-cased (an ASCII text's fold), and the
+    runs and hashes are those of that text: the fold made in the copy the scan needs anyway.
 
     Token boundaries come 64 bytes at a time: a bitmask of word bytes, whose run starts
     (``m & ~(m << 1)``) and ends (``~m & (m << 1)``) are read off with trailing-zero counts, so the
@@ -188,7 +190,12 @@ def token_runs_utf8(buf, word, seed):
     n = buf.shape[0]
     nchunks = n // 64 + 1  # at least one zero byte is scanned after the text: every run ends
     padded = np.zeros(nchunks * 64 + 16, dtype=np.uint8)  # (zero is not a word byte)
-    copy_into(padded, 0, buf, 0, n)
+    if lower:
+        for i in range(n):
+            c = buf[i]
+            padded[i] = c + 32 if 65 <= c <= 90 else c
+    else:
+        copy_into(padded, 0, buf, 0, n)
     starts = np.empty(n // 2 + 1, dtype=np.int64)
     ends = np.empty(n // 2 + 1, dtype=np.int64)
     cs = 0

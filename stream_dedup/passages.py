@@ -96,7 +96,17 @@ def winnow_shingles(sh, w):
             pos = end - 1
             out[c] = sh[pos]
             c += 1
-    return np.unique(out[:c] >> np.uint64(64 - 8 * ANCHOR_BYTES))
+    # their top ANCHOR_BYTES, sorted, each once (np.unique's result, made in ``out`` itself)
+    kept = out[:c]
+    for i in range(c):
+        kept[i] >>= np.uint64(64 - 8 * ANCHOR_BYTES)
+    kept.sort()
+    k = 0
+    for i in range(c):
+        if k == 0 or kept[i] != kept[k - 1]:
+            kept[k] = kept[i]
+            k += 1
+    return out[:k]
 
 
 def winnow_reference(shingles: np.ndarray, w: int) -> np.ndarray:
