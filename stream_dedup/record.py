@@ -77,8 +77,9 @@ def _plain_article(obj: dict, config: EngineConfig) -> Article | None:
     """The article of the common record, checked with type tests only: an ASCII string id within
     :data:`MAX_ID_CHARS`, a string text (not blank) whose characters are within a quarter of the
     byte limit, and every optional field a string or absent: what :func:`_checked_article` makes of
-    it. None for any other record (:func:`_checked_article` then accepts or refuses it): a whole
-    record's checks in ~0.8 us instead of ~2.5 (short items)."""
+    it. None for any other record (:func:`_checked_article` then accepts or refuses it). A decoded
+    record's checks, both alternating in one process: 1.63 us instead of 2.61 a short item, 2.03
+    instead of 2.96 a dev article."""
     raw_id = obj.get(config.id_field)
     text = obj.get(config.text_field)
     if (type(raw_id) is not str or type(text) is not str or not 0 < len(raw_id) <= MAX_ID_CHARS
